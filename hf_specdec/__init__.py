@@ -1,0 +1,54 @@
+"""hf_specdec: lossless speculative decoding as a generate() keyword.
+
+    import hf_specdec  # installs the keyword
+    out = target.generate(**inputs, drafter=small_model, gamma=4, max_new_tokens=128)
+"""
+
+from hf_specdec.dispatch import install, is_installed, uninstall
+from hf_specdec.drafters import Drafter, ModelDrafter
+from hf_specdec.errors import (
+    IncompatibleDrafterError,
+    InvalidGammaError,
+    MaxLengthError,
+    SpecialTokenMismatchError,
+    SpeculativeError,
+    TokenizerMismatchError,
+    UnsupportedGenerationError,
+    UnsupportedModelError,
+    VocabMismatchError,
+)
+from hf_specdec.loop import SpeculativeDecoderOnlyOutput
+from hf_specdec.stats import SpeculativeStats
+
+
+def speculative_generate(target, drafter, input_ids=None, gamma: int = 4, **generate_kwargs):
+    """`target.generate(input_ids, drafter=drafter, gamma=gamma, **generate_kwargs)` without patching
+    generate(): same arguments, same return value."""
+    from hf_specdec.dispatch import generate_with_drafter
+
+    if input_ids is not None:
+        generate_kwargs["inputs"] = input_ids
+    return generate_with_drafter(target, drafter, gamma=gamma, **generate_kwargs)
+
+
+install()
+
+__all__ = [
+    "Drafter",
+    "IncompatibleDrafterError",
+    "InvalidGammaError",
+    "MaxLengthError",
+    "ModelDrafter",
+    "SpecialTokenMismatchError",
+    "SpeculativeDecoderOnlyOutput",
+    "SpeculativeError",
+    "SpeculativeStats",
+    "TokenizerMismatchError",
+    "UnsupportedGenerationError",
+    "UnsupportedModelError",
+    "VocabMismatchError",
+    "install",
+    "is_installed",
+    "speculative_generate",
+    "uninstall",
+]

@@ -1,0 +1,185 @@
+"""Checks that a request and a drafter/target pair can decode exactly, before any forward pass.
+
+Contract: every function here only reads; each raises a typed error from `hf_specdec.errors` naming
+what differs and the fix, and returns what the loop needs (the shared vocabulary width, paddings).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+
+from hf_specdec.errors import (
+    InvalidGammaError,
+    MaxLengthError,
+    SpecialTokenMismatchError,
+    TokenizerMismatchError,
+    UnsupportedGenerationError,
+    UnsupportedModelError,
+    VocabMismatchError,
+)
+
+#: generate() kwargs that pick another decoding strategy and cannot be combined with drafter=.
+CONFLICTING_KWARGS = ("assistant_model", "assistant_tokenizer", "prompt_lookup_num_tokens", "assistant_early_exit")
+
+
+def check_gamma(gamma: Any) -> None:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise InvalidGammaError(f"gamma must be a positive int (tokens drafted per step), got {gamma!r}.")
+
+
+def check_request(target: PreTrainedModel, kwargs: dict[str, Any], streamer: Any) -> None:
+    """Checks what can be checked from generate()'s raw arguments."""
+    if target.config.is_encoder_decoder:
+        raise UnsupportedModelError(
+            f"{type(target).__name__} is an encoder-decoder model; hf_specdec supports decoder-only causal LMs."
+        )
+    for name in CONFLICTING_KWARGS:
+        if kwargs.get(name) is not None:
+            raise UnsupportedGenerationError(
+                f"`{name}` selects transformers' own assisted decoding and cannot be combined with `drafter=`; "
+                "pass one of them."
+            )
+    inputs = kwargs.get("input_ids", kwargs.get("inputs"))
+    if streamer is not None and isinstance(inputs, torch.Tensor) and inputs.dim() == 2 and inputs.shape[0] > 1:
+        raise UnsupportedGenerationError(
+            f"streamers support batch size 1, got {inputs.shape[0]} rows; stream one prompt at a time or drop "
+            "`streamer=`."
+        )
+
+
+def check_generation_config(
+    config: GenerationConfig, synced_gpus: bool, batch_size: int, streamer: Any
+) -> None:
+    """Checks the generation config generate() resolved (user kwargs merged into the model's defaults)."""
+    if config.num_beams > 1:
+        raise UnsupportedGenerationError(
+            f"beam search (num_beams={config.num_beams}) cannot be combined with `drafter=`; use num_beams=1."
+        )
+    if config.output_attentions or config.output_hidden_states:
+        raise UnsupportedGenerationError(
+            "output_attentions / output_hidden_states are not returned by speculative decoding; "
+            "output_scores and output_logits are."
+        )
+    if config.prompt_lookup_num_tokens is not None or getattr(config, "assistant_early_exit", None) is not None:
+        raise UnsupportedGenerationError(
+            "the generation config asks for transformers' assisted decoding (prompt_lookup_num_tokens / "
+            "assistant_early_exit); unset it or use drafter='prompt_lookup'."
+        )
+    if config.token_healing:
+        raise UnsupportedGenerationError("token_healing cannot be combined with `drafter=`.")
+    if synced_gpus:
+        raise UnsupportedGenerationError("synced_gpus (ZeRO-3 / FSDP) is not supported with `drafter=`.")
+    if streamer is not None and batch_size > 1:
+        raise UnsupportedGenerationError(
+            f"streamers support batch size 1, got {batch_size} rows; stream one prompt at a time."
+        )
+
+
+def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor:
+    """[batch] number of left-padding columns per row; raises on any other padding layout."""
+    batch, length = input_ids.shape
+    if attention_mask is None:
+        return torch.zeros(batch, dtype=torch.long, device=input_ids.device)
+    pad_lens = (attention_mask == 0).sum(dim=1)
+    expected = torch.arange(length, device=attention_mask.device)[None, :] >= pad_lens[:, None]
+    if not torch.equal(attention_mask.bool(), expected):
+        raise ValueError(
+            "hf_specdec needs left-padded prompts (padding only before each row's tokens); "
+            "set `tokenizer.padding_side = 'left'`."
+        )
+    return pad_lens.to(input_ids.device)
+
+
+def _eos_set(value) -> set[int] | None:
+    if value is None:
+        return None
+    return {int(v) for v in (value if isinstance(value, (list, tuple)) else [value])}
+
+
+def check_special_tokens(target: PreTrainedModel, drafter: PreTrainedModel) -> None:
+    """bos/eos/pad of both generation configs must agree wherever both declare them."""
+    t_config, d_config = target.generation_config, drafter.generation_config
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        t_value, d_value = getattr(t_config, name, None), getattr(d_config, name, None)
+        if name == "eos_token_id":
+            t_value, d_value = _eos_set(t_value), _eos_set(d_value)
+        if t_value is not None and d_value is not None and t_value != d_value:
+            raise SpecialTokenMismatchError(
+                f"{name} differs: target {t_value}, drafter {d_value}. The drafter must use the target's "
+                f"tokenizer; if it does, set drafter.generation_config.{name} to the target's value."
+            )
+
+
+def _plain_vocab(tokenizer) -> dict[str, int]:
+    """The tokenizer's token -> id map without added special tokens (chat markers and the like)."""
+    special = {token.content for token in tokenizer.added_tokens_decoder.values() if token.special}
+    return {token: index for token, index in tokenizer.get_vocab().items() if token not in special}
+
+
+def check_tokenizers(tokenizer, drafter_tokenizer) -> None:
+    if type(tokenizer).__name__ != type(drafter_tokenizer).__name__:
+        raise TokenizerMismatchError(
+            f"tokenizer classes differ: target {type(tokenizer).__name__}, drafter "
+            f"{type(drafter_tokenizer).__name__}; use a drafter trained with the target's tokenizer."
+        )
+    target_vocab, drafter_vocab = _plain_vocab(tokenizer), _plain_vocab(drafter_tokenizer)
+    if target_vocab != drafter_vocab:
+        differing = sorted(set(target_vocab.items()) ^ set(drafter_vocab.items()), key=lambda item: item[1])[:5]
+        raise TokenizerMismatchError(
+            f"vocabulary maps differ ({len(target_vocab)} vs {len(drafter_vocab)} tokens; e.g. {differing}); "
+            "a drafter must share the target's token ids. Use a drafter from the same model family, or "
+            "distill one with `hf-specdec distill`."
+        )
+
+
+def _head_width(model: PreTrainedModel) -> int:
+    return model.config.get_text_config().vocab_size
+
+
+def check_model_pair(
+    target: PreTrainedModel,
+    drafter: PreTrainedModel,
+    generation_config: GenerationConfig,
+    tokenizer=None,
+    drafter_tokenizer=None,
+) -> int:
+    """Checks a (target, drafter model) pair and returns the vocabulary width both are scored on."""
+    if drafter.config.is_encoder_decoder:
+        raise UnsupportedModelError(f"the drafter {type(drafter).__name__} must be a decoder-only causal LM.")
+    check_special_tokens(target, drafter)
+    if tokenizer is not None and drafter_tokenizer is not None:
+        check_tokenizers(tokenizer, drafter_tokenizer)
+
+    target_width, drafter_width = _head_width(target), _head_width(drafter)
+    shared = min(target_width, drafter_width)
+    if target_width != drafter_width:
+        if tokenizer is None:
+            raise VocabMismatchError(
+                f"LM head widths differ (target {target_width}, drafter {drafter_width}). If one head is only "
+                "padded, pass `tokenizer=` so hf_specdec can check that both cover every token id; otherwise "
+                "the drafter uses another vocabulary and cannot be used."
+            )
+        if len(tokenizer) > shared:
+            raise VocabMismatchError(
+                f"the tokenizer has {len(tokenizer)} ids but the smaller LM head scores only {shared} "
+                f"(target {target_width}, drafter {drafter_width}): different vocabularies."
+            )
+    elif tokenizer is not None and len(tokenizer) > shared:
+        raise VocabMismatchError(
+            f"the tokenizer has {len(tokenizer)} ids but both LM heads score only {shared}; "
+            "pass the tokenizer that belongs to these models."
+        )
+
+    limit = getattr(drafter.config.get_text_config(), "max_position_embeddings", None)
+    if limit is None:
+        limit = getattr(drafter.config.get_text_config(), "n_positions", None)
+    if limit is not None and generation_config.max_length > limit:
+        raise MaxLengthError(
+            f"the request needs {generation_config.max_length} positions (prompt + max_new_tokens) but the "
+            f"drafter's max_position_embeddings is {limit}; shorten the prompt or max_new_tokens, or use a "
+            "drafter with longer context."
+        )
+    return shared

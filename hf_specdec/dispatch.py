@@ -1,0 +1,87 @@
+"""The only module that touches GenerationMixin: the `drafter=` keyword of generate().
+
+Contract: `install()` wraps `GenerationMixin.generate` so that a call with `drafter=` pops our keywords
+and runs the speculative loop through generate()'s `custom_generate` (generate() still prepares the
+config, processors and stopping criteria); calls without `drafter=` reach the original untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from transformers import GenerationMixin, PreTrainedModel, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
+
+from hf_specdec import compat
+from hf_specdec.drafters import resolve_drafter
+from hf_specdec.loop import speculative_decode
+
+_original_generate = None
+
+#: Our keywords, popped before generate() sees them (it raises on unknown ones).
+SPEC_KWARGS = ("gamma", "generator", "stats", "drafter_tokenizer")
+DEFAULT_GAMMA = 4
+
+
+def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs):
+    """generate() with `drafter=`; the same arguments as generate() plus SPEC_KWARGS."""
+    generate = _original_generate or GenerationMixin.generate
+    gamma = kwargs.pop("gamma", DEFAULT_GAMMA)
+    compat.check_gamma(gamma)
+    spec = {name: kwargs.pop(name) for name in SPEC_KWARGS[1:] if name in kwargs}
+    streamer = kwargs.get("streamer")
+    if args:
+        kwargs.setdefault("inputs", args[0])
+        args = args[1:]
+    compat.check_request(target, kwargs, streamer)
+    drafter = resolve_drafter(drafter)
+
+    # custom_generate callables do not receive the tokenizer, so stop strings would fail inside
+    # generate(); build their criterion here from the same tokenizer instead.
+    tokenizer = kwargs.pop("tokenizer", None)
+    config = kwargs.get("generation_config") or target.generation_config
+    stop_strings = kwargs.pop("stop_strings", None) or config.stop_strings
+    if stop_strings is not None:
+        if tokenizer is None:
+            raise ValueError("stop_strings need `tokenizer=` in the generate() call, as in plain generate().")
+        criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
+        criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings))
+        kwargs["stopping_criteria"] = criteria
+        kwargs["stop_strings"] = None
+
+    decode = functools.partial(
+        speculative_decode, drafter=drafter, gamma=gamma, streamer=streamer, tokenizer=tokenizer, **spec
+    )
+    return generate(target, *args, custom_generate=decode, **kwargs)
+
+
+def _generate(self, *args, drafter=None, **kwargs):
+    if drafter is None:
+        stray = [name for name in SPEC_KWARGS if name in kwargs]
+        if stray:
+            raise TypeError(f"{', '.join(stray)} only apply with `drafter=`; pass a drafter or drop them.")
+        return _original_generate(self, *args, **kwargs)
+    return generate_with_drafter(self, drafter, *args, **kwargs)
+
+
+def install() -> None:
+    """Adds the `drafter=` keyword to every model's generate(). Idempotent."""
+    global _original_generate
+    if _original_generate is not None:
+        return
+    _original_generate = GenerationMixin.generate
+    GenerationMixin.generate = functools.wraps(_original_generate)(_generate)
+
+
+def uninstall() -> None:
+    """Restores transformers' own generate()."""
+    global _original_generate
+    if _original_generate is None:
+        return
+    GenerationMixin.generate = _original_generate
+    _original_generate = None
+
+
+def is_installed() -> bool:
+    return _original_generate is not None

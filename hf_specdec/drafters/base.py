@@ -1,0 +1,84 @@
+"""The drafter interface: what the loop asks of anything that proposes tokens.
+
+Contract: `propose` returns up to `num_tokens` tokens per row (and the distributions they were drawn
+from), `observe` tells the drafter how many leading tokens of each row survived verification. The
+loop never looks inside a drafter, so a new drafter needs no change to the loop.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class DraftContext:
+    """What a drafter may read during one generate() call.
+
+    Row b's tokens so far are `sequences[b, pad_lens[b]:lens[b]]` (the buffer is left-padded and has
+    room for `num_tokens` more tokens after `lens`). `process(scores, lengths, rows)` applies
+    generate()'s logits processors to raw drafter logits of the selected rows, as plain generate()
+    would at those lengths.
+    """
+
+    sequences: torch.Tensor  # [batch, buffer] long
+    pad_lens: torch.Tensor  # [batch] long
+    lens: torch.Tensor  # [batch] long
+    active: torch.Tensor  # [batch] bool, rows that still generate
+    vocab_size: int  # width of the distributions the target verifies against
+    do_sample: bool
+    generator: torch.Generator | None
+    process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Draft:
+    """Proposed tokens for one step.
+
+    tokens[b, :num_drafted[b]] are row b's proposals; later entries are ignored. `probs` holds the
+    distributions the proposals were sampled from (needed only when sampling); None means the
+    proposals are deterministic (a one-point distribution on each token).
+    """
+
+    tokens: torch.Tensor  # [batch, num_tokens] long
+    num_drafted: torch.Tensor  # [batch] long
+    probs: torch.Tensor | None = None  # [batch, num_tokens, vocab] float
+
+    def draft_probs(self, vocab_size: int) -> torch.Tensor:
+        """[batch, num_tokens, vocab]: `probs`, or one-hot distributions for a deterministic draft."""
+        if self.probs is not None:
+            return self.probs
+        one_hot = torch.zeros(*self.tokens.shape, vocab_size, device=self.tokens.device)
+        return one_hot.scatter_(2, self.tokens.clamp(0, vocab_size - 1)[:, :, None], 1.0)
+
+
+class Drafter(ABC):
+    """Proposes tokens for the target to verify.
+
+    Subclasses implement `begin` (new generate() call), `propose` and `observe`. Exactness never depends
+    on the drafter: any proposal is verified against the target, so a bad drafter is only slow.
+    """
+
+    #: Forward passes of the drafter's model so far (0 for model-free drafters).
+    num_forwards: int = 0
+
+    @abstractmethod
+    def begin(self, batch_size: int, device: torch.device) -> None:
+        """Resets per-call state before the first `propose` of a generate() call."""
+
+    @abstractmethod
+    def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
+        """Proposes up to `num_tokens[b]` ([batch] long) tokens after row b's current tokens."""
+
+    @abstractmethod
+    def observe(self, num_valid: torch.Tensor) -> None:
+        """After verification: the first `num_valid[b]` real tokens of row b are what the drafter saw when
+        proposing (its context plus the accepted drafts); everything it proposed beyond is gone."""
+
+    def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
+        """Raises an IncompatibleDrafterError subclass if this drafter cannot serve `target`; returns the
+        vocabulary width that drafts and target scores share (the target's for model-free drafters)."""
+        return target.config.get_text_config().vocab_size

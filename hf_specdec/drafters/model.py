@@ -1,0 +1,66 @@
+"""A second, smaller causal LM as drafter, with its own DynamicCache."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from hf_specdec import compat
+from hf_specdec.cache import CachedModel
+from hf_specdec.drafters.base import Draft, DraftContext, Drafter
+from hf_specdec.verify import sample
+
+
+class ModelDrafter(Drafter):
+    """Drafts autoregressively with `model`, one forward per drafted token.
+
+    The first forward of a step also feeds whatever the drafter has not seen yet (the prompt, the
+    target's recovered/bonus token, the last accepted draft), so nothing is fed twice. If the model's
+    config carries `hf_specdec_vocab_subset` (a list of token ids, written by `hf-specdec distill`),
+    only those rows of its LM head are computed and every other token gets probability 0.
+    """
+
+    def __init__(self, model: PreTrainedModel):
+        self.model = model
+        subset = getattr(model.config, "hf_specdec_vocab_subset", None)
+        self.vocab_subset = None if subset is None else torch.tensor(subset, dtype=torch.long)
+        self.state: CachedModel | None = None
+        self.slack = 1  # cache columns allowed beyond the longest row before compaction
+
+    @property
+    def num_forwards(self) -> int:
+        return 0 if self.state is None else self.state.num_forwards
+
+    def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
+        return compat.check_model_pair(target, self.model, generation_config, tokenizer, drafter_tokenizer)
+
+    def begin(self, batch_size: int, device: torch.device) -> None:
+        self.state = CachedModel(self.model, batch_size, device, vocab_subset=self.vocab_subset)
+
+    def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
+        batch = ctx.lens.shape[0]
+        width = int(num_tokens.max())
+        tokens = torch.full((batch, width), -1, dtype=torch.long, device=ctx.lens.device)  # [batch, width]
+        probs = [] if ctx.do_sample else None
+        for j in range(width):
+            rows = ctx.active & (j < num_tokens)  # [batch] rows that want draft j + 1
+            at = ctx.lens + j  # [batch] buffer index of draft j + 1
+            logits = self.state.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
+            scores = ctx.process(logits[:, 0, : ctx.vocab_size], at, rows)  # [batch, vocab]
+            if ctx.do_sample:
+                step_probs = scores.softmax(dim=-1)
+                probs.append(step_probs)
+                token = sample(step_probs, ctx.generator)
+            else:
+                token = scores.argmax(dim=-1)
+            tokens[:, j] = torch.where(rows, token, -1)
+            # Later drafts (and the target) read this draft from the shared buffer.
+            index = rows.nonzero().squeeze(1)
+            ctx.sequences[index, at[index]] = token[index]
+        self.slack = width + 1
+        draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
+        num_drafted = torch.where(ctx.active, num_tokens, 0)
+        return Draft(tokens=tokens, num_drafted=num_drafted, probs=draft_probs)
+
+    def observe(self, num_valid: torch.Tensor) -> None:
+        self.state.rollback(torch.minimum(self.state.num_cached, num_valid), slack=self.slack)

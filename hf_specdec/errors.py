@@ -1,0 +1,41 @@
+"""Every error hf_specdec raises, in one place.
+
+Each subclasses the builtin a caller would catch and is raised before any decoding starts; messages
+say what differs and how to fix it.
+"""
+
+
+class SpeculativeError(Exception):
+    """Base class of hf_specdec's errors."""
+
+
+class IncompatibleDrafterError(SpeculativeError, ValueError):
+    """The drafter cannot verify against this target (vocabulary, special tokens, lengths, tokenizer)."""
+
+
+class VocabMismatchError(IncompatibleDrafterError):
+    """Drafter and target score different vocabularies."""
+
+
+class SpecialTokenMismatchError(IncompatibleDrafterError):
+    """Drafter and target disagree on bos/eos/pad token ids."""
+
+
+class TokenizerMismatchError(IncompatibleDrafterError):
+    """The tokenizers given for drafter and target differ in class or vocabulary map."""
+
+
+class MaxLengthError(IncompatibleDrafterError):
+    """The requested length does not fit in the drafter's (or target's) position embeddings."""
+
+
+class InvalidGammaError(SpeculativeError, ValueError):
+    """`gamma` is not a positive int (or a supported policy name)."""
+
+
+class UnsupportedGenerationError(SpeculativeError, NotImplementedError):
+    """A generate() option that speculative decoding does not support (beam search, hidden states...)."""
+
+
+class UnsupportedModelError(SpeculativeError, NotImplementedError):
+    """A model or cache layout that the speculative loop cannot run (encoder-decoder, sliding window)."""

@@ -1,0 +1,178 @@
+"""The speculative decoding loop: draft -> verify -> commit -> roll back, for a whole batch at once.
+
+Contract: `speculative_decode` is called by generate() as its `custom_generate`, after generate()
+prepared the generation config, logits processors and stopping criteria; it returns what generate()
+returns, and each row's tokens follow the target's own (processed) distribution exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from hf_specdec import compat
+from hf_specdec.cache import CachedModel
+from hf_specdec.drafters.base import Draft, DraftContext, Drafter
+from hf_specdec.processing import check_stopping, process_scores
+from hf_specdec.stats import SpeculativeStats
+from hf_specdec.verify import verify_greedy, verify_stochastic
+
+
+@dataclass
+class SpeculativeDecoderOnlyOutput(GenerateDecoderOnlyOutput):
+    """generate()'s output with `return_dict_in_generate=True`, plus `speculative_stats`."""
+
+    speculative_stats: SpeculativeStats | None = None
+
+
+def _write(sequences: torch.Tensor, lens: torch.Tensor, tokens: torch.Tensor, counts: torch.Tensor) -> None:
+    """sequences[b, lens[b] + j] = tokens[b, j] for j < counts[b]."""
+    rows, cols = (torch.arange(tokens.shape[1], device=tokens.device) < counts[:, None]).nonzero(as_tuple=True)
+    sequences[rows, lens[rows] + cols] = tokens[rows, cols]
+
+
+def speculative_decode(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,  # [batch, prompt_len] left-padded
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    synced_gpus: bool = False,
+    streamer=None,
+    *,
+    drafter: Drafter,
+    gamma: int = 4,
+    generator: torch.Generator | None = None,
+    stats: SpeculativeStats | None = None,
+    tokenizer=None,
+    drafter_tokenizer=None,
+    **model_kwargs,
+) -> torch.LongTensor | SpeculativeDecoderOnlyOutput:
+    """Speculative decoding of `model` (the target) with `drafter`, `gamma` drafts per step.
+
+    Args:
+        input_ids: [batch, prompt_len] prompts, left-padded (`attention_mask` in `model_kwargs`).
+        logits_processor, stopping_criteria, generation_config: as prepared by generate().
+        drafter: proposes tokens (see `hf_specdec.drafters`).
+        gamma: maximum drafts per step.
+        generator: explicit RNG for sampling; the global RNG when None.
+        stats: a SpeculativeStats to append this call's rows to.
+        tokenizer, drafter_tokenizer: used only for the compatibility check.
+
+    Returns:
+        [batch, length] token ids, or a SpeculativeDecoderOnlyOutput with `return_dict_in_generate`.
+    """
+    # 0. Checks, before any forward pass.
+    compat.check_generation_config(generation_config, synced_gpus, input_ids.shape[0], streamer)
+    vocab_size = drafter.check_compatible(model, generation_config, tokenizer, drafter_tokenizer)
+    batch, prompt_len = input_ids.shape
+    device = input_ids.device
+    pad_lens = compat.left_padding(model_kwargs.get("attention_mask"), input_ids)  # [batch]
+    max_length = generation_config.max_length
+    do_sample = generation_config.do_sample
+    pad_token = generation_config._pad_token_tensor
+    # Like _sample: rows that hit EOS are frozen and padded; without an EOS criterion rows run on
+    # until every row has stopped, and all end at the same length.
+    freeze_finished = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
+    output_scores = generation_config.return_dict_in_generate and generation_config.output_scores
+    output_logits = generation_config.return_dict_in_generate and generation_config.output_logits
+
+    sequences = torch.full(
+        (batch, max_length + gamma + 1), 0 if pad_token is None else int(pad_token), dtype=torch.long, device=device
+    )  # [batch, buffer]: room for the drafts of the last step
+    sequences[:, :prompt_len] = input_ids
+    lens = torch.full((batch,), prompt_len, dtype=torch.long, device=device)  # [batch]
+    flagged = torch.zeros(batch, dtype=torch.bool, device=device)  # a stopping criterion fired
+    done_at = torch.full((batch,), max_length, dtype=torch.long, device=device)  # length when it fired
+    max_new = max_length - prompt_len
+    scores_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_scores else None
+    logits_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_logits else None
+
+    target = CachedModel(model, batch, device, cache=model_kwargs.get("past_key_values"))
+    drafter.begin(batch, device)
+    step_stats = SpeculativeStats.empty(batch, gamma)
+
+    def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return process_scores(logits_processor, sequences, lengths, scores, rows)
+
+    while True:
+        needed = done_at.max() if flagged.all() else max_length
+        active = (lens < needed) & (~flagged if freeze_finished else True)  # [batch]
+        if not active.any():
+            break
+
+        # 1. Draft: never past max_length (the target's token after the drafts comes for free).
+        num_draft = torch.where(active, (max_length - lens - 1).clamp(0, gamma), 0)  # [batch]
+        if int(num_draft.max()) > 0:
+            ctx = DraftContext(sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process)
+            draft = drafter.propose(ctx, num_draft)
+        else:
+            draft = Draft(tokens=num_draft.new_empty(batch, 0), num_drafted=num_draft)
+        num_drafted = torch.minimum(draft.num_drafted, num_draft)  # [batch]
+        width = draft.tokens.shape[1]
+        _write(sequences, lens, draft.tokens, num_drafted)
+
+        # 2. Verify: one target forward over each row's unseen tokens and its drafts.
+        ends = torch.where(active, lens + num_drafted, lens)
+        target_logits = target.forward(sequences, pad_lens, ends, width + 1, anchors=lens + width)
+        target_logits = target_logits[..., :vocab_size]  # [batch, width + 1, vocab]
+        target_scores = torch.stack(
+            [process(target_logits[:, j], lens + j, active & (j <= num_drafted)) for j in range(width + 1)], dim=1
+        )  # [batch, width + 1, vocab]
+        if do_sample:
+            committed, num_accepted = verify_stochastic(
+                draft.tokens, draft.draft_probs(vocab_size), target_scores.softmax(dim=-1), generator, num_drafted
+            )
+        else:
+            committed, num_accepted = verify_greedy(draft.tokens, target_scores, num_drafted)
+
+        # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
+        num_new = torch.where(active, num_accepted + 1, 0)  # [batch]
+        _write(sequences, lens, committed, num_new)
+        for j in range(width + 1):
+            rows = (j < num_new) & ~flagged
+            if not rows.any():
+                break
+            done = check_stopping(stopping_criteria, sequences, lens + j + 1, rows)
+            done_at = torch.where(done, lens + j + 1, done_at)
+            flagged |= done
+            if freeze_finished:
+                num_new = torch.where(done, j + 1, num_new)
+        for out, values in ((scores_out, target_scores), (logits_out, target_logits)):
+            if out is not None:
+                rows, cols = (torch.arange(width + 1, device=device) < num_new[:, None]).nonzero(as_tuple=True)
+                out[rows, lens[rows] - prompt_len + cols] = values[rows, cols]
+        if streamer is not None and int(num_new[0]) > 0:
+            streamer.put(sequences[0, lens[0] : lens[0] + num_new[0]].cpu())
+        lens = lens + num_new
+
+        # 4. Roll back both caches to the committed tokens; the last one is fed again next step.
+        num_valid = lens - pad_lens - 1  # [batch]
+        target.rollback(torch.minimum(target.num_cached, num_valid), slack=gamma + 1)
+        drafter.observe(num_valid)
+        step_stats.record_step(active, num_drafted, num_accepted, num_new)
+
+    if streamer is not None:
+        streamer.end()
+    step_stats.target_forwards = target.num_forwards
+    step_stats.drafter_forwards = drafter.num_forwards
+    if stats is not None:
+        stats.merge(step_stats)
+
+    out_len = int(torch.where(flagged, done_at, lens).max())
+    sequences = sequences[:, :out_len]
+    if pad_token is not None:
+        beyond = torch.arange(out_len, device=device)[None, :] >= lens[:, None]
+        sequences = sequences.masked_fill(beyond, int(pad_token))
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    num_steps = out_len - prompt_len
+    return SpeculativeDecoderOnlyOutput(
+        sequences=sequences,
+        scores=tuple(scores_out[:, t] for t in range(num_steps)) if output_scores else None,
+        logits=tuple(logits_out[:, t] for t in range(num_steps)) if output_logits else None,
+        speculative_stats=step_stats,
+    )

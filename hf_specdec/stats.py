@@ -1,0 +1,118 @@
+"""Speculative decoding statistics: what was drafted, accepted and emitted, per row and in total.
+
+Contract: the loop calls `record_step` once per verification step; everything users read (acceptance
+rate, tokens per target forward, histograms) is derived from the counters, never stored twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class SpeculativeStats:
+    """Counters of one or more speculative generate() calls.
+
+    Per-row tensors have one entry per row of the batch (rows of later calls are appended by `merge`).
+    `accepted_histogram[b, k]` counts the steps in which row b accepted exactly k drafts.
+    """
+
+    drafted: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [rows]
+    accepted: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [rows]
+    emitted: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [rows]
+    steps: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [rows]
+    accepted_histogram: torch.Tensor = field(
+        default_factory=lambda: torch.zeros(0, 1, dtype=torch.long)
+    )  # [rows, max_gamma + 1]
+    target_forwards: int = 0
+    drafter_forwards: int = 0
+
+    @classmethod
+    def empty(cls, batch_size: int, max_gamma: int) -> "SpeculativeStats":
+        zeros = torch.zeros(batch_size, dtype=torch.long)
+        return cls(
+            drafted=zeros.clone(),
+            accepted=zeros.clone(),
+            emitted=zeros.clone(),
+            steps=zeros.clone(),
+            accepted_histogram=torch.zeros(batch_size, max_gamma + 1, dtype=torch.long),
+        )
+
+    def record_step(
+        self,
+        active: torch.Tensor,  # [batch] bool, rows that took part in this step
+        num_drafted: torch.Tensor,  # [batch] drafts proposed to each row
+        num_accepted: torch.Tensor,  # [batch] drafts accepted
+        num_emitted: torch.Tensor,  # [batch] tokens committed (after stopping criteria)
+    ) -> None:
+        active = active.cpu()
+        num_accepted = num_accepted.cpu()
+        self.drafted += num_drafted.cpu() * active
+        self.accepted += num_accepted * active
+        self.emitted += num_emitted.cpu() * active
+        self.steps += active.long()
+        rows = active.nonzero().squeeze(1)
+        self.accepted_histogram.index_put_((rows, num_accepted[rows]), torch.ones_like(rows), accumulate=True)
+
+    def merge(self, other: "SpeculativeStats") -> None:
+        """Appends the rows of another call (e.g. the next pipeline batch) and adds its forward counts."""
+        width = max(self.accepted_histogram.shape[1], other.accepted_histogram.shape[1])
+
+        def widen(hist: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.pad(hist, (0, width - hist.shape[1]))
+
+        self.drafted = torch.cat([self.drafted, other.drafted])
+        self.accepted = torch.cat([self.accepted, other.accepted])
+        self.emitted = torch.cat([self.emitted, other.emitted])
+        self.steps = torch.cat([self.steps, other.steps])
+        self.accepted_histogram = torch.cat([widen(self.accepted_histogram), widen(other.accepted_histogram)])
+        self.target_forwards += other.target_forwards
+        self.drafter_forwards += other.drafter_forwards
+
+    @property
+    def acceptance_rate(self) -> float:
+        """alpha: accepted drafts / drafted tokens, over all rows."""
+        return int(self.accepted.sum()) / max(int(self.drafted.sum()), 1)
+
+    @property
+    def row_acceptance_rate(self) -> torch.Tensor:
+        """[rows] float, alpha of each row."""
+        return self.accepted / self.drafted.clamp_min(1)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens a row commits per target forward it takes part in (1 = no speed-up)."""
+        return int(self.emitted.sum()) / max(int(self.steps.sum()), 1)
+
+    @property
+    def row_tokens_per_step(self) -> torch.Tensor:
+        """[rows] float, tokens committed per target forward, per row."""
+        return self.emitted / self.steps.clamp_min(1)
+
+    @property
+    def histogram(self) -> torch.Tensor:
+        """[max_gamma + 1] steps that accepted exactly k drafts, summed over rows."""
+        return self.accepted_histogram.sum(dim=0)
+
+    def summary(self) -> str:
+        """One line for logs and the CLI."""
+        return (
+            f"alpha={self.acceptance_rate:.3f} tokens/target-forward={self.tokens_per_step:.2f} "
+            f"emitted={int(self.emitted.sum())} target_forwards={self.target_forwards} "
+            f"drafter_forwards={self.drafter_forwards} accepted_hist={self.histogram.tolist()}"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "acceptance_rate": self.acceptance_rate,
+            "tokens_per_step": self.tokens_per_step,
+            "target_forwards": self.target_forwards,
+            "drafter_forwards": self.drafter_forwards,
+            "drafted": self.drafted.tolist(),
+            "accepted": self.accepted.tolist(),
+            "emitted": self.emitted.tolist(),
+            "steps": self.steps.tolist(),
+            "accepted_histogram": self.accepted_histogram.tolist(),
+        }

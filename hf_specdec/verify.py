@@ -1,0 +1,121 @@
+"""Verification of drafted tokens: pure tensor math, no models, no caches.
+
+Contract: given the target's distributions at gamma + 1 positions and the drafter's at gamma positions,
+return the tokens to commit so that the committed tokens are distributed exactly as the target's
+(Leviathan et al. 2023, Chen et al. 2023), plus how many drafts each row accepted.
+
+Glossary (per row, per step):
+  accepted  - a drafted token that passed verification; kept as is.
+  recovered - the token sampled from the residual norm(max(0, p - q)) at the first rejected position
+              (greedy: the target's argmax there); it replaces the rejected draft.
+  bonus     - the token sampled from the target's distribution after the last draft when every draft
+              was accepted; it costs no extra target forward.
+Every row commits num_accepted + 1 tokens: its accepted drafts, then one recovered or bonus token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draws one token per row of `probs` ([..., vocab], rows sum to 1); returns [...] long.
+
+    Uses the explicit `generator` when given (on its own device) and the global RNG otherwise.
+    """
+    flat = probs.reshape(-1, probs.shape[-1])  # [rows, vocab]
+    if generator is not None and generator.device != flat.device:
+        tokens = torch.multinomial(flat.to(generator.device), 1, generator=generator).to(flat.device)
+    else:
+        tokens = torch.multinomial(flat, 1, generator=generator)
+    return tokens.reshape(probs.shape[:-1])
+
+
+def uniform(shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+    """U[0, 1) draws of `shape` on `device`, taken from `generator` when given."""
+    if generator is None:
+        return torch.rand(shape, device=device)
+    return torch.rand(shape, device=generator.device, generator=generator).to(device)
+
+
+def _commit(
+    draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_tokens: torch.Tensor
+) -> torch.Tensor:
+    """Row b: draft_tokens[b, :n_b], then next_tokens[b], then padding (-1). Returns [batch, gamma + 1]."""
+    batch, gamma = draft_tokens.shape
+    cols = torch.arange(gamma + 1, device=draft_tokens.device)  # [gamma + 1]
+    padded_drafts = torch.cat([draft_tokens, draft_tokens.new_full((batch, 1), -1)], dim=1)
+    committed = torch.where(cols < num_accepted[:, None], padded_drafts, -1)
+    return committed.scatter(1, num_accepted[:, None], next_tokens[:, None])
+
+
+def _drafted(draft_tokens: torch.Tensor, num_drafted: torch.Tensor | None) -> torch.Tensor:
+    """[batch, gamma] bool: which draft slots hold a real proposal (rows may draft fewer than gamma)."""
+    if num_drafted is None:
+        return torch.ones_like(draft_tokens, dtype=torch.bool)
+    return torch.arange(draft_tokens.shape[1], device=draft_tokens.device) < num_drafted[:, None]
+
+
+def verify_greedy(
+    draft_tokens: torch.Tensor,  # [batch, gamma]
+    target_scores: torch.Tensor,  # [batch, gamma + 1, vocab] processed target scores
+    num_drafted: torch.Tensor | None = None,  # [batch] real drafts per row; gamma when None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy verification: a draft is accepted while it equals the target's argmax.
+
+    Returns:
+        committed: [batch, gamma + 1] long; the first num_accepted[b] + 1 entries of row b are the tokens
+            to commit (accepted drafts, then the target's argmax at the first mismatch or the bonus
+            position), the rest are -1.
+        num_accepted: [batch] long, number of accepted drafts per row.
+    """
+    gamma = draft_tokens.shape[1]
+    target_tokens = target_scores.argmax(dim=-1)  # [batch, gamma + 1]
+    matches = (draft_tokens == target_tokens[:, :gamma]) & _drafted(draft_tokens, num_drafted)  # [batch, gamma]
+    num_accepted = matches.long().cumprod(dim=1).sum(dim=1)  # [batch]
+    next_tokens = target_tokens.gather(1, num_accepted[:, None]).squeeze(1)  # [batch]
+    return _commit(draft_tokens, num_accepted, next_tokens), num_accepted
+
+
+def residual_probs(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) over the last dim; falls back to p where p <= q everywhere (then p == q and
+    a rejection cannot happen, but rounding may leave an all-zero residual)."""
+    residual = (target_probs - draft_probs).clamp_min(0)  # [..., vocab]
+    mass = residual.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, residual / mass.clamp_min(torch.finfo(mass.dtype).tiny), target_probs)
+
+
+def verify_stochastic(
+    draft_tokens: torch.Tensor,  # [batch, gamma]
+    draft_probs: torch.Tensor,  # [batch, gamma, vocab] the distributions the drafts were sampled from
+    target_probs: torch.Tensor,  # [batch, gamma + 1, vocab]
+    generator: torch.Generator | None = None,
+    num_drafted: torch.Tensor | None = None,  # [batch] real drafts per row; gamma when None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative sampling: accept draft x_j with probability min(1, p_j(x_j) / q_j(x_j)); at the first
+    rejection sample the recovered token from norm(max(0, p_j - q_j)); when all pass sample the bonus
+    token from p_gamma. The committed tokens are distributed exactly as sampling from p one at a time.
+
+    A deterministic drafter (prompt lookup) passes a one-hot q: acceptance is then p(x), and the
+    residual is p without x, renormalised.
+
+    Returns `(committed, num_accepted)` as `verify_greedy` does.
+    """
+    batch, gamma = draft_tokens.shape
+    device = target_probs.device
+    index = draft_tokens.clamp_min(0)[:, :, None]  # [batch, gamma, 1]; empty slots hold -1
+    p_draft = target_probs[:, :gamma].gather(2, index).squeeze(2)  # [batch, gamma]
+    q_draft = draft_probs.gather(2, index).squeeze(2)  # [batch, gamma]
+    # u < p / q  <=>  u * q < p; q > 0 for any token the drafter proposed, so no division is needed.
+    drafted = _drafted(draft_tokens, num_drafted)  # [batch, gamma]
+    accept = (uniform((batch, gamma), device, generator) * q_draft < p_draft) & drafted
+    num_accepted = accept.long().cumprod(dim=1).sum(dim=1)  # [batch]
+
+    # The distribution of the next token: residual at the first rejection, p itself for the bonus
+    # (after the last real draft q is 0, so the residual is p).
+    rows = torch.arange(batch, device=device)
+    p_next = target_probs[rows, num_accepted]  # [batch, vocab]
+    q_padded = torch.cat([draft_probs * drafted[:, :, None], torch.zeros_like(draft_probs[:, :1])], dim=1)
+    q_next = q_padded[rows, num_accepted]  # [batch, vocab]
+    next_tokens = sample(residual_probs(p_next, q_next), generator)  # [batch]
+    return _commit(draft_tokens, num_accepted, next_tokens), num_accepted
