@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from transformers import PreTrainedModel
 
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter
@@ -11,11 +13,21 @@ __all__ = ["Draft", "DraftContext", "Drafter", "ModelDrafter", "resolve_drafter"
 
 
 def resolve_drafter(drafter) -> Drafter:
-    """Turns what a user passes as `drafter=` into a Drafter."""
+    """Turns what a user passes as `drafter=` into a Drafter: a Drafter as is, a causal LM, the name
+    "prompt_lookup", or a path / hub id of a causal LM (loaded with `hf_specdec.load_drafter`)."""
     if isinstance(drafter, Drafter):
         return drafter
     if isinstance(drafter, PreTrainedModel):
         return ModelDrafter(drafter)
+    if isinstance(drafter, str) and drafter == "prompt_lookup":
+        from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter
+
+        return PromptLookupDrafter()
+    if isinstance(drafter, (str, os.PathLike)):
+        from hf_specdec.loading import load_drafter
+
+        return ModelDrafter(load_drafter(drafter))
     raise TypeError(
-        f"drafter must be a transformers causal LM or a hf_specdec Drafter, got {type(drafter).__name__}."
+        "drafter must be a transformers causal LM, a path to one, 'prompt_lookup' or a hf_specdec Drafter, "
+        f"got {type(drafter).__name__}."
     )
