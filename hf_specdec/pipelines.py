@@ -1,0 +1,62 @@
+"""`drafter=` in transformers' text-generation pipeline: `pipe(prompt, drafter=draft, gamma=4)`.
+
+Contract: TextGenerationPipeline already forwards kwargs it does not know (at construction or per call)
+to generate(); `install()` adds only what generate() cannot know: the pipeline's tokenizer as
+`tokenizer=` (for the drafter compatibility check), and a drafter given as a path loaded once per
+pipeline (with its own tokenizer when the checkpoint has one), not once per batch.
+"""
+
+from __future__ import annotations
+
+import os
+
+from transformers import AutoTokenizer, TextGenerationPipeline
+
+from hf_specdec.loading import load_drafter
+
+_original_sanitize_parameters = None
+
+
+def _load_path_drafter(pipe: TextGenerationPipeline, path: str | os.PathLike):
+    """(model, tokenizer or None) of a drafter checkpoint, the model on the target's device; cached on
+    the pipeline, so calling it in a loop loads the checkpoint once."""
+    cache = pipe.__dict__.setdefault("_hf_specdec_drafters", {})
+    key = os.fspath(path)
+    if key not in cache:
+        model = load_drafter(key, device=pipe.model.device)
+        has_tokenizer = os.path.isfile(os.path.join(key, "tokenizer_config.json"))
+        cache[key] = (model, AutoTokenizer.from_pretrained(key, local_files_only=True) if has_tokenizer else None)
+    return cache[key]
+
+
+def _sanitize_parameters(self: TextGenerationPipeline, **kwargs):
+    preprocess_params, forward_params, postprocess_params = _original_sanitize_parameters(self, **kwargs)
+    drafter = forward_params.get("drafter")
+    if drafter is not None:
+        if isinstance(drafter, (str, os.PathLike)) and drafter != "prompt_lookup":
+            forward_params["drafter"], drafter_tokenizer = _load_path_drafter(self, drafter)
+            if drafter_tokenizer is not None:
+                forward_params.setdefault("drafter_tokenizer", drafter_tokenizer)
+        forward_params.setdefault("tokenizer", self.tokenizer)
+    return preprocess_params, forward_params, postprocess_params
+
+
+def install() -> None:
+    """Makes every text-generation pipeline hand its tokenizer (and loaded path drafters) to generate().
+    Idempotent."""
+    global _original_sanitize_parameters
+    if _original_sanitize_parameters is not None:
+        return
+    _original_sanitize_parameters = TextGenerationPipeline._sanitize_parameters
+    TextGenerationPipeline._sanitize_parameters = _sanitize_parameters
+
+
+def uninstall() -> None:
+    global _original_sanitize_parameters
+    if _original_sanitize_parameters is None:
+        return
+    TextGenerationPipeline._sanitize_parameters = _original_sanitize_parameters
+    _original_sanitize_parameters = None
+
+
+install()
