@@ -71,7 +71,7 @@ def _pca_basis(embedding: torch.Tensor, dim: int) -> torch.Tensor:
 def build_drafter(
     target,
     *,
-    hidden_size: int = 192,
+    hidden_size: int = 180,
     num_layers: int = 2,
     init_layers: Sequence[int] | None = None,
     intermediate_size: int | None = None,

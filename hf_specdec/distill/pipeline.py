@@ -1,0 +1,159 @@
+"""``distill()``: target in, drafter directory out. Generate (or reuse) data, compute soft labels,
+pick the reduced head, build, train, measure, save.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .data import build_prompts, eos_ids, generate_corpus, read_records
+from .evaluate import evaluate_agreement, step_cost_ms
+from .model import build_drafter, select_vocab_subset
+from .teacher import load_or_compute_topk
+from .train import train_drafter
+
+METRICS_FILE = "distill_metrics.json"
+
+
+def resolve_target(target_path: str | Path) -> Path:
+    """A model directory, or ``smollm2`` for the converted SmolLM2-135M-Instruct."""
+    if str(target_path).lower() == "smollm2":
+        from ..smollm2 import smollm2_path
+
+        return smollm2_path()
+    return Path(target_path)
+
+
+def default_data_dir(out_dir: str | Path) -> Path:
+    """Data lives beside the drafter, not in it, so the drafter directory ships as is."""
+    out_dir = Path(out_dir)
+    return out_dir.with_name(out_dir.name + "-data")
+
+
+def distill(
+    target_path: str | Path,
+    out_dir: str | Path,
+    *,
+    data: str | Path | None = None,
+    eval_data: str | Path | None = None,
+    num_prompts: int | None = 256,
+    generate: bool = True,
+    max_new_tokens: int = 192,
+    gen_batch_size: int = 16,
+    num_eval_prompts: int = 24,
+    hidden_size: int = 180,
+    num_layers: int = 2,
+    init_layers: Sequence[int] | None = None,
+    vocab_size: int | None = 8192,
+    topk: int = 32,
+    soft_weight: float = 1.0,
+    hard_weight: float = 0.1,
+    steps: int = 1000,
+    batch_size: int = 16,
+    lr: float = 2e-3,
+    max_minutes: float | None = None,
+    gamma: int = 4,
+    save_dtype: torch.dtype = torch.bfloat16,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
+    """Train a drafter for a causal LM target and save it as a Hugging Face model directory.
+
+    Args:
+        target_path: model directory loadable by ``AutoModelForCausalLM`` (or ``"smollm2"``).
+        out_dir: where the drafter (safetensors, config, tokenizer, metrics) is written.
+        data: training corpus JSONL, appended to when ``generate`` (default: ``<out_dir>-data/train.jsonl``).
+        eval_data: held-out greedy responses (default: ``eval.jsonl`` beside ``data``); generated from
+            prompts whose topics are not in the training prompts when missing or short.
+        num_prompts: training prompts to answer (each greedy, half also sampled); None for all.
+        generate: False to use ``data`` as it is.
+        init_layers: target layers projected into the drafter as its layers (else ``num_layers``
+            random ones).
+        vocab_size: size of the reduced head (None: full vocabulary).
+        soft_weight, hard_weight: loss weights, see ``train_drafter``.
+
+    Returns:
+        the metrics also written to ``out_dir/distill_metrics.json``.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    target_dir = resolve_target(target_path)
+    out_dir = Path(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+    eos = eos_ids(target, tokenizer)
+
+    # 1. data: the target's own responses (resumable: done prompts are skipped)
+    data = Path(data) if data is not None else default_data_dir(out_dir) / "train.jsonl"
+    eval_data = Path(eval_data) if eval_data is not None else data.with_name("eval.jsonl")
+    gen_args = dict(max_new_tokens=max_new_tokens, batch_size=gen_batch_size, seed=seed, progress=progress)
+    started = time.monotonic()
+    if generate:
+        prompts = build_prompts("train", seed)
+        generate_corpus(target, tokenizer, data, prompts[:num_prompts], **gen_args)
+    eval_prompts = build_prompts("eval", seed)[:num_eval_prompts]
+    generate_corpus(target, tokenizer, eval_data, eval_prompts, sampled_fraction=0.0, **gen_args)
+    generation_minutes = (time.monotonic() - started) / 60
+    records = read_records(data, eos)
+    eval_records = [r for r in read_records(eval_data, eos) if r.greedy][:num_eval_prompts]
+
+    # 2. soft labels, computed once per corpus and cached beside it
+    teacher = load_or_compute_topk(target, records, data, topk, progress) if soft_weight > 0 else None
+
+    # 3. the drafter: reduced head over the most frequent response tokens
+    subset = None
+    if vocab_size is not None and vocab_size < target.config.vocab_size:
+        subset = select_vocab_subset(records, vocab_size, always=sorted(eos))
+    drafter = build_drafter(
+        target, hidden_size=hidden_size, num_layers=num_layers, init_layers=init_layers,
+        vocab_subset=subset, seed=seed,
+    )
+
+    # 4. train
+    started = time.monotonic()
+    losses = train_drafter(
+        drafter, records, teacher, steps=steps, batch_size=batch_size, lr=lr,
+        soft_weight=soft_weight, hard_weight=hard_weight, max_minutes=max_minutes, seed=seed,
+        progress=progress,
+    )
+    train_minutes = (time.monotonic() - started) / 60
+
+    # 5. measure with the weights we ship (rounded to save_dtype), computing in the target's fp32
+    drafter = drafter.to(save_dtype).float()
+    agreement = evaluate_agreement(target, drafter, eval_records, gamma)
+    drafter_ms = step_cost_ms(drafter)
+    target_ms = step_cost_ms(target)
+    metrics = {
+        **agreement.as_dict(),
+        "drafter_step_ms": drafter_ms,
+        "target_step_ms": target_ms,
+        "step_cost_ratio": drafter_ms / target_ms,
+        "drafter_params": sum(p.numel() for p in drafter.parameters()),
+        "train_records": len(records),
+        "train_response_tokens": sum(r.response_len for r in records),
+        "eval_records": len(eval_records),
+        "generation_minutes": generation_minutes,
+        "train_minutes": train_minutes,
+        "train_steps": len(losses),
+        "final_loss": sum(losses[-20:]) / max(len(losses[-20:]), 1),
+        "data": str(data),
+        "config": dict(
+            hidden_size=hidden_size, num_layers=drafter.config.num_hidden_layers,
+            init_layers=list(init_layers) if init_layers is not None else None,
+            vocab_size=vocab_size, topk=topk, soft_weight=soft_weight, hard_weight=hard_weight,
+            steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+        ),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drafter.to(save_dtype).save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.padding_side = padding_side
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
