@@ -112,10 +112,11 @@ def verify_stochastic(
     num_accepted = accept.long().cumprod(dim=1).sum(dim=1)  # [batch]
 
     # The distribution of the next token: residual at the first rejection, p itself for the bonus
-    # (after the last real draft q is 0, so the residual is p).
+    # (after the last real draft q is 0, so the residual is p). The zero column is cut from target_probs:
+    # a step without drafts has draft_probs [batch, 0, vocab].
     rows = torch.arange(batch, device=device)
     p_next = target_probs[rows, num_accepted]  # [batch, vocab]
-    q_padded = torch.cat([draft_probs * drafted[:, :, None], torch.zeros_like(draft_probs[:, :1])], dim=1)
+    q_padded = torch.cat([draft_probs * drafted[:, :, None], torch.zeros_like(target_probs[:, :1])], dim=1)
     q_next = q_padded[rows, num_accepted]  # [batch, vocab]
     next_tokens = sample(residual_probs(p_next, q_next), generator)  # [batch]
     return _commit(draft_tokens, num_accepted, next_tokens), num_accepted
