@@ -7,6 +7,8 @@ length are processed in one call, so a batch costs one call per distinct length.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers import LogitsProcessorList, StoppingCriteriaList
 
@@ -15,6 +17,26 @@ def _groups(lengths: torch.Tensor, rows: torch.Tensor):
     """Yields (length, row indices) for each distinct length among the selected rows."""
     for length in torch.unique(lengths[rows]).tolist():
         yield length, (rows & (lengths == length)).nonzero().squeeze(1)
+
+
+def _rows_of(processors: LogitsProcessorList, index: torch.Tensor, batch: int) -> LogitsProcessorList:
+    """The processors as seen by the rows `index`: per-row state (a tensor attribute with one entry per
+    row, like RepetitionPenaltyLogitsProcessor's padding lengths) is sliced to those rows."""
+    if index.numel() == batch:
+        return processors
+    sliced = LogitsProcessorList()
+    for processor in processors:
+        per_row = {
+            name: value
+            for name, value in vars(processor).items()
+            if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == batch
+        }
+        if per_row:
+            processor = copy.copy(processor)
+            for name, value in per_row.items():
+                setattr(processor, name, value[index.to(value.device)])
+        sliced.append(processor)
+    return sliced
 
 
 def process_scores(
@@ -29,7 +51,7 @@ def process_scores(
     if not processors:
         return out
     for length, index in _groups(lengths, rows):
-        out[index] = processors(sequences[index, :length], scores[index])
+        out[index] = _rows_of(processors, index, len(rows))(sequences[index, :length], scores[index])
     return out
 
 

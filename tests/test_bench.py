@@ -1,0 +1,104 @@
+"""The benchmark machinery end to end on tiny in-memory models: every file is written and the numbers
+are sane (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from hf_specdec.bench import BenchConfig, run_bench
+from hf_specdec.bench import prompts as bench_prompts
+from hf_specdec.bench.measure import leviathan_speedup
+from hf_specdec.bench.models import stand_in_drafter
+
+SPECIALS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|user|> {{ message['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over every word of the bench's prompts, with a chat template."""
+    text = " ".join([*bench_prompts.CHAT_PROMPTS, *bench_prompts.PASSAGES, *bench_prompts.GROUNDED_TASKS])
+    words = sorted(set(re.findall(r"\w+|[^\w\s]", text)))
+    vocab = {token: index for index, token in enumerate(SPECIALS + words)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS[3:]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=1024, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        tie_word_embeddings=True,
+    )
+    target = LlamaForCausalLM(config).eval()
+    target.generation_config.pad_token_id = 2
+    return target, stand_in_drafter(target, num_layers=1), tokenizer
+
+
+def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_path):
+    target, drafter, tokenizer = tiny_pair
+    config = BenchConfig(
+        max_new_tokens=6, num_prompts=3, gammas=(1, 2, 3), batch_sizes=(1, 2), lookup_batch_sizes=(1, 2),
+        threads=1, out=tmp_path,
+    )
+    results = run_bench(target, drafter, tokenizer, config, progress=False)
+
+    for name in ("results.json", "results.md", "acceptance_vs_gamma.png", "tokens_per_s_vs_gamma.png",
+                 "speedup_vs_batch.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert (tmp_path / "acceptance_vs_gamma.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["gammas"] == [1, 2, 3]
+    assert results["environment"]["torch_threads"] == 1
+    markdown = (tmp_path / "results.md").read_text()
+    assert "## Gamma sweep" in markdown and "## Leviathan bound" in markdown
+
+    sections = results["sections"]
+    assert list(sections) == ["plain", "gamma", "hf", "batch", "bound", "int8", "policy", "lookup"]
+    rows = [row for section in sections.values() for row in section.get("rows", [])]
+    for row in rows:
+        assert row["tokens"] > 0 and row["tokens_per_s"] > 0 and row["speedup"] > 0
+        assert 0 <= row.get("acceptance_rate", 0) <= 1
+        # Greedy hf_specdec must reproduce plain greedy generate() token for token.
+        if row["method"].startswith("hf_specdec") and row["mode"] == "greedy":
+            assert row["exact_rows"] == row["num_rows"] == 3, row
+    assert {row["gamma"] for row in sections["gamma"]["rows"]} == {1, 2, 3}
+    assert set(sections["gamma"]["best_gamma"]) == {"greedy", "sampled"}
+    assert {row["batch_size"] for row in sections["batch"]["rows"]} == {1, 2}
+    assert sections["bound"]["cost_ratio"] > 0
+    for row in sections["bound"]["rows"]:
+        assert row["bound"] == pytest.approx(
+            leviathan_speedup(row["acceptance_rate"], row["gamma"], sections["bound"]["cost_ratio"]), rel=1e-3
+        )
+    for name in ("int8", "policy", "lookup"):  # optional: rows when their API exists, else a note
+        assert sections[name].get("rows") or sections[name]["skipped"]
+    assert {goal["mode"] for goal in results["goals"]} == {"greedy", "sampled"}
+
+
+def test_leviathan_bound_matches_closed_form_and_limits():
+    assert leviathan_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
+    assert leviathan_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
+    assert leviathan_speedup(0.8, 3, 0.05) == pytest.approx((1 - 0.8**4) / (0.2 * 1.15))
+
+
+def test_batches_left_pad_and_keep_prompt_order():
+    groups = bench_prompts.batches([[5, 6], [7], [8, 9, 10]], batch_size=2, pad_token_id=0)
+    assert groups[0]["input_ids"].tolist() == [[5, 6], [0, 7]]
+    assert groups[0]["attention_mask"].tolist() == [[1, 1], [0, 1]]
+    assert groups[1]["input_ids"].tolist() == [[8, 9, 10]]
