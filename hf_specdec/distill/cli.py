@@ -27,10 +27,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="training corpus JSONL, created or appended to (default: <out>-data/train.jsonl)")
     parser.add_argument("--eval-data", default=None,
                         help="held-out greedy responses JSONL (default: eval.jsonl beside --data)")
+    parser.add_argument("--extra-data", action="append", default=[],
+                        help="another corpus JSONL to train on as it is (repeatable), e.g. an earlier run's")
     parser.add_argument("--no-generate", action="store_true",
                         help="train on --data as it is, generate no training responses")
     parser.add_argument("--num-prompts", type=int, default=256,
-                        help="training prompts to answer, each greedily and half also sampled (default: 256)")
+                        help="training prompts to answer greedily (default: 256)")
+    parser.add_argument("--sampled-fraction", type=float, default=0.5,
+                        help="share of the training prompts also answered by sampling, temperature 0.8, "
+                        "top-p 0.95 (default: 0.5)")
     parser.add_argument("--num-eval-prompts", type=int, default=24,
                         help="held-out prompts for the agreement measurement (default: 24)")
     parser.add_argument("--max-new-tokens", type=int, default=192,
@@ -78,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     metrics = distill(
         args.target, args.out, data=args.data, eval_data=args.eval_data,
-        num_prompts=args.num_prompts, generate=not args.no_generate,
+        extra_data=args.extra_data, num_prompts=args.num_prompts,
+        sampled_fraction=args.sampled_fraction, generate=not args.no_generate,
         max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size,
         num_eval_prompts=args.num_eval_prompts, hidden_size=args.hidden_size,
         num_layers=args.num_layers, init_layers=args.init_layers,

@@ -41,7 +41,9 @@ def distill(
     *,
     data: str | Path | None = None,
     eval_data: str | Path | None = None,
+    extra_data: Sequence[str | Path] = (),
     num_prompts: int | None = 256,
+    sampled_fraction: float = 0.5,
     generate: bool = True,
     max_new_tokens: int = 192,
     gen_batch_size: int = 16,
@@ -70,7 +72,9 @@ def distill(
         data: training corpus JSONL, appended to when ``generate`` (default: ``<out_dir>-data/train.jsonl``).
         eval_data: held-out greedy responses (default: ``eval.jsonl`` beside ``data``); generated from
             prompts whose topics are not in the training prompts when missing or short.
-        num_prompts: training prompts to answer (each greedy, half also sampled); None for all.
+        extra_data: more corpora (same JSONL format) to train on as they are, e.g. an earlier run's.
+        num_prompts: training prompts to answer greedily; None for all.
+        sampled_fraction: share of those prompts also answered by sampling.
         generate: False to use ``data`` as it is.
         init_layers: target layers projected into the drafter as its layers (else ``num_layers``
             random ones).
@@ -97,15 +101,22 @@ def distill(
     started = time.monotonic()
     if generate:
         prompts = build_prompts("train", seed)
-        generate_corpus(target, tokenizer, data, prompts[:num_prompts], **gen_args)
+        generate_corpus(
+            target, tokenizer, data, prompts[:num_prompts], sampled_fraction=sampled_fraction, **gen_args
+        )
     eval_prompts = build_prompts("eval", seed)[:num_eval_prompts]
     generate_corpus(target, tokenizer, eval_data, eval_prompts, sampled_fraction=0.0, **gen_args)
     generation_minutes = (time.monotonic() - started) / 60
-    records = read_records(data, eos)
+    corpora = [data, *map(Path, extra_data)]
+    per_corpus = [read_records(path, eos) for path in corpora]
+    records = [record for part in per_corpus for record in part]
     eval_records = [r for r in read_records(eval_data, eos) if r.greedy][:num_eval_prompts]
 
     # 2. soft labels, computed once per corpus and cached beside it
-    teacher = load_or_compute_topk(target, records, data, topk, progress) if soft_weight > 0 else None
+    teacher = None
+    if soft_weight > 0:
+        parts = [load_or_compute_topk(target, part, path, topk, progress) for path, part in zip(corpora, per_corpus)]
+        teacher = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
 
     # 3. the drafter: reduced head over the most frequent response tokens
     subset = None
@@ -143,7 +154,8 @@ def distill(
         "train_minutes": train_minutes,
         "train_steps": len(losses),
         "final_loss": sum(losses[-20:]) / max(len(losses[-20:]), 1),
-        "data": str(data),
+        "data": [str(path) for path in corpora],
+        "eval_data": str(eval_data),
         "config": dict(
             hidden_size=hidden_size, num_layers=drafter.config.num_hidden_layers,
             init_layers=list(init_layers) if init_layers is not None else None,
