@@ -77,7 +77,7 @@ def quantization_config(quantization: str | None):
 def load_model(
     path: str | os.PathLike,
     quantization: str | None = None,
-    device: str | torch.device | None = None,
+    device: str | torch.device | dict | None = None,
     dtype: torch.dtype | str | None = None,
     role: str = "drafter",
 ) -> PreTrainedModel:
@@ -87,7 +87,8 @@ def load_model(
         path: a directory written by `save_pretrained`, or a hub id that is already downloaded.
         quantization: None, "int8" (optimum-quanto weights, any device) or "int8-bnb" (bitsandbytes
             LLM.int8()).
-        device: where to put the model; None keeps from_pretrained's default (CPU).
+        device: where to put the model: a device, or "auto" / a device map dict to shard it over
+            several devices with accelerate; None keeps from_pretrained's default (CPU).
         dtype: torch dtype of the unquantized parts; None keeps the checkpoint's.
         role: "drafter" or "target", only for error messages.
 
@@ -98,15 +99,15 @@ def load_model(
     path = os.fspath(path)
     if not os.path.isdir(path) and not _in_hub_cache(path):
         raise DrafterNotFoundError(
-            f"{role} {path!r} is neither a local directory nor a downloaded hub model (hf_specdec never "
-            "downloads). Pass a directory written by `model.save_pretrained(...)`, or download it first "
-            f"with `hf download {path}`."
+            f"{role} {path!r} is neither a directory nor a downloaded hub model (hf_specdec never downloads): "
+            "pass a directory written by `model.save_pretrained(...)`, or download the hub model first "
+            "(`hf download <repo_id>`)."
         )
     kwargs = {"local_files_only": True, "quantization_config": config}
     if dtype is not None:
         kwargs["dtype"] = dtype
-    if device is not None:
-        kwargs["device_map"] = {"": str(device)}
+    if device is not None:  # "auto" or a dict: accelerate shards the model over devices
+        kwargs["device_map"] = device if device == "auto" or isinstance(device, dict) else {"": str(device)}
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except ImportError as error:  # the backend is installed but cannot run here (no kernels, wrong torch)

