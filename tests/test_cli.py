@@ -1,0 +1,124 @@
+"""`hf-specdec generate`: prints the target's own greedy completions (from arguments, files, stdin, chats,
+int8 models, prompt lookup) and a stats line; bad input exits 2 with a message naming the fix."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tiny_models
+from hf_specdec.cli import main
+from hf_specdec.loading import load_model
+
+CHAT_TEMPLATE = "{% for m in messages %}w3 {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w4 {% endif %}"
+PROMPTS = ["w5 w6 w7", "w9", "w10 w11 w12 w13", "w20 w21"]
+MAX_NEW = 8
+ENTRY_POINT = os.path.join(os.path.dirname(sys.executable), "hf-specdec")
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, target, partial_drafter):
+    root = tmp_path_factory.mktemp("cli")
+    tokenizer = tiny_models.tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    for name, model in (("target", target), ("drafter", partial_drafter)):
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    return root
+
+
+def _expected(model, tokenizer, prompt: str, chat: bool = False) -> str:
+    """The target's own greedy completion of one prompt, decoded as the CLI decodes it."""
+    if chat:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            return_dict=True, return_tensors="pt")["input_ids"]
+    else:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    out = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False)
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+def _args(checkpoints, *extra) -> list[str]:
+    return ["generate", "--target", str(checkpoints / "target"), "--drafter", str(checkpoints / "drafter"),
+            "--max-new-tokens", str(MAX_NEW), *extra]
+
+
+def test_entry_point_reads_arguments_file_and_stdin(checkpoints, target, tokenizer, tmp_path):
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text(f"{PROMPTS[1]}\n\n{PROMPTS[2]}\n")  # the empty line is skipped
+    result = subprocess.run(
+        [ENTRY_POINT, *_args(checkpoints, "--gamma", "3", "--batch-size", "2", "--threads", "1",
+                             "--prompts-file", str(prompts_file), PROMPTS[0], "-")],
+        input=f"{PROMPTS[3]}\n", capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    # Arguments first ('-' where it stands), then the file.
+    order = [PROMPTS[0], PROMPTS[3], PROMPTS[1], PROMPTS[2]]
+    assert result.stdout.splitlines() == [_expected(target, tokenizer, prompt) for prompt in order]
+    stats_line = result.stderr.strip().splitlines()[-1]
+    assert stats_line.startswith("alpha=") and f"emitted={len(order) * MAX_NEW}" in stats_line
+    assert "MatMul8bitLt" not in result.stderr and "Loading weights" not in result.stderr
+
+
+def test_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["generate", "--help"])
+    assert info.value.code == 0
+    help_text = capsys.readouterr().out
+    for option in ("--target", "--drafter", "--gamma", "--sample", "--temperature", "--top-k", "--top-p", "--seed",
+                   "--max-new-tokens", "--chat", "--int8", "--int8-backend", "--threads", "--prompts-file",
+                   "--batch-size", "--device", "--dtype", "--jsonl", "--no-progress", "prompt_lookup", "stdin"):
+        assert option in help_text, option
+
+
+def test_chat_jsonl(checkpoints, target, capsys):
+    assert main(_args(checkpoints, "--chat", "--jsonl", *PROMPTS[:2])) == 0
+    tokenizer = tiny_models.tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows == [{"prompt": p, "completion": _expected(target, tokenizer, p, chat=True)} for p in PROMPTS[:2]]
+
+
+def test_int8_target_and_drafter(checkpoints, tokenizer, capsys):
+    assert main(_args(checkpoints, "--int8", "both", *PROMPTS[:2])) == 0
+    quantized = load_model(checkpoints / "target", quantization="int8")
+    assert capsys.readouterr().out.splitlines() == [_expected(quantized, tokenizer, p) for p in PROMPTS[:2]]
+
+
+def test_prompt_lookup_drafter(checkpoints, target, tokenizer, capsys):
+    pytest.importorskip("hf_specdec.drafters.prompt_lookup")
+    args = _args(checkpoints, PROMPTS[0])
+    args[args.index("--drafter") + 1] = "prompt_lookup"
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines() == [_expected(target, tokenizer, PROMPTS[0])]
+
+
+def test_seeded_sampling_is_reproducible(checkpoints, capsys):
+    runs = []
+    for _ in range(2):
+        assert main(_args(checkpoints, "--sample", "--seed", "7", "--temperature", "1.5", "--top-k", "20",
+                          "--max-new-tokens", "16", PROMPTS[0])) == 0
+        runs.append(capsys.readouterr().out)
+    assert runs[0] == runs[1] and runs[0].strip()
+
+
+def test_missing_drafter_exits_2_naming_the_fix(checkpoints, tmp_path, capsys):
+    args = _args(checkpoints, PROMPTS[0])
+    args[args.index("--drafter") + 1] = str(tmp_path / "missing")
+    assert main(args) == 2
+    assert "save_pretrained" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    ((PROMPTS[0], "--temperature", "0.5"), "add --sample"),
+    ((), "no prompt"),
+    ((PROMPTS[0], "--gamma", "0"), "--gamma must be at least 1"),
+])
+def test_usage_errors_name_the_fix(checkpoints, capsys, extra, message):
+    with pytest.raises(SystemExit) as info:
+        main(_args(checkpoints, *extra))
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
