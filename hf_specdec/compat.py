@@ -20,14 +20,24 @@ from hf_specdec.errors import (
     UnsupportedModelError,
     VocabMismatchError,
 )
+from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
 
 #: generate() kwargs that pick another decoding strategy and cannot be combined with drafter=.
 CONFLICTING_KWARGS = ("assistant_model", "assistant_tokenizer", "prompt_lookup_num_tokens", "assistant_early_exit")
 
 
-def check_gamma(gamma: Any) -> None:
+def check_gamma(gamma: Any) -> DraftPolicy:
+    """The DraftPolicy that `gamma=` stands for: a positive int, "auto" or a DraftPolicy instance."""
+    if isinstance(gamma, DraftPolicy):
+        return gamma
+    if isinstance(gamma, str) and gamma == "auto":
+        return HeuristicDraftPolicy()
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise InvalidGammaError(f"gamma must be a positive int (tokens drafted per step), got {gamma!r}.")
+        raise InvalidGammaError(
+            "gamma must be a positive int (tokens drafted per step), 'auto', or a policy such as "
+            f"hf_specdec.HeuristicDraftPolicy(max_gamma=8); got {gamma!r}."
+        )
+    return DraftPolicy(max_gamma=gamma)
 
 
 def check_request(target: PreTrainedModel, kwargs: dict[str, Any], streamer: Any) -> None:
@@ -60,7 +70,7 @@ def check_generation_config(
         )
     if config.output_attentions or config.output_hidden_states:
         raise UnsupportedGenerationError(
-            "output_attentions / output_hidden_states are not returned by speculative decoding; "
+            "output_attentions / output_hidden_states are not available with `drafter=`; "
             "output_scores and output_logits are."
         )
     if config.prompt_lookup_num_tokens is not None or getattr(config, "assistant_early_exit", None) is not None:
@@ -76,6 +86,20 @@ def check_generation_config(
         raise UnsupportedGenerationError(
             f"streamers support batch size 1, got {batch_size} rows; stream one prompt at a time."
         )
+
+
+def check_processors(processors, batch_size: int) -> None:
+    """Processors the loop cannot apply exactly: ones that run a model of their own (classifier-free
+    guidance keeps its own cache), or that identify rows by their index in the batch."""
+    for processor in processors:
+        name = type(processor).__name__
+        if name == "UnbatchedClassifierFreeGuidanceLogitsProcessor":
+            raise UnsupportedGenerationError("guidance_scale (classifier-free guidance) cannot be combined with `drafter=`.")
+        if name == "PrefixConstrainedLogitsProcessor" and batch_size > 1:
+            raise UnsupportedGenerationError(
+                "prefix_allowed_tokens_fn receives batch indices, which speculative decoding cannot keep at batch "
+                "size > 1; generate one prompt at a time."
+            )
 
 
 def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from hf_specdec import compat
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter
+from hf_specdec.policy import DraftPolicy
 from hf_specdec.processing import check_stopping, process_scores
 from hf_specdec.stats import SpeculativeStats
 from hf_specdec.verify import verify_greedy, verify_stochastic
@@ -44,20 +45,20 @@ def speculative_decode(
     streamer=None,
     *,
     drafter: Drafter,
-    gamma: int = 4,
+    gamma: int | str | DraftPolicy = 4,
     generator: torch.Generator | None = None,
     stats: SpeculativeStats | None = None,
     tokenizer=None,
     drafter_tokenizer=None,
     **model_kwargs,
 ) -> torch.LongTensor | SpeculativeDecoderOnlyOutput:
-    """Speculative decoding of `model` (the target) with `drafter`, `gamma` drafts per step.
+    """Speculative decoding of `model` (the target) with `drafter`, up to `gamma` drafts per step.
 
     Args:
         input_ids: [batch, prompt_len] prompts, left-padded (`attention_mask` in `model_kwargs`).
         logits_processor, stopping_criteria, generation_config: as prepared by generate().
         drafter: proposes tokens (see `hf_specdec.drafters`).
-        gamma: maximum drafts per step.
+        gamma: drafts per step: an int, "auto" or a DraftPolicy (per-row lengths, confidence stop).
         generator: explicit RNG for sampling; the global RNG when None.
         stats: a SpeculativeStats to append this call's rows to.
         tokenizer, drafter_tokenizer: used only for the compatibility check.
@@ -67,7 +68,10 @@ def speculative_decode(
     """
     # 0. Checks, before any forward pass.
     compat.check_generation_config(generation_config, synced_gpus, input_ids.shape[0], streamer)
+    compat.check_processors(logits_processor, input_ids.shape[0])
     vocab_size = drafter.check_compatible(model, generation_config, tokenizer, drafter_tokenizer)
+    policy = compat.check_gamma(gamma)
+    max_gamma = policy.max_gamma
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     pad_lens = compat.left_padding(model_kwargs.get("attention_mask"), input_ids)  # [batch]
@@ -81,7 +85,10 @@ def speculative_decode(
     output_logits = generation_config.return_dict_in_generate and generation_config.output_logits
 
     sequences = torch.full(
-        (batch, max_length + gamma + 1), 0 if pad_token is None else int(pad_token), dtype=torch.long, device=device
+        (batch, max_length + max_gamma + 1),
+        0 if pad_token is None else int(pad_token),
+        dtype=torch.long,
+        device=device,
     )  # [batch, buffer]: room for the drafts of the last step
     sequences[:, :prompt_len] = input_ids
     lens = torch.full((batch,), prompt_len, dtype=torch.long, device=device)  # [batch]
@@ -93,7 +100,8 @@ def speculative_decode(
 
     target = CachedModel(model, batch, device, cache=model_kwargs.get("past_key_values"))
     drafter.begin(batch, device)
-    step_stats = SpeculativeStats.empty(batch, gamma)
+    step_stats = SpeculativeStats.empty(batch, max_gamma)
+    draft_lengths = policy.initial_lengths(batch, device)  # [batch] each row's next draft length
 
     def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return process_scores(logits_processor, sequences, lengths, scores, rows)
@@ -105,9 +113,12 @@ def speculative_decode(
             break
 
         # 1. Draft: never past max_length (the target's token after the drafts comes for free).
-        num_draft = torch.where(active, (max_length - lens - 1).clamp(0, gamma), 0)  # [batch]
+        room = (max_length - lens - 1).clamp_min(0)  # [batch]
+        num_draft = torch.where(active, torch.minimum(draft_lengths, room), 0)  # [batch]
         if int(num_draft.max()) > 0:
-            ctx = DraftContext(sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process)
+            ctx = DraftContext(
+                sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process, policy.min_confidence
+            )
             draft = drafter.propose(ctx, num_draft)
         else:
             draft = Draft(tokens=num_draft.new_empty(batch, 0), num_drafted=num_draft)
@@ -128,6 +139,7 @@ def speculative_decode(
             )
         else:
             committed, num_accepted = verify_greedy(draft.tokens, target_scores, num_drafted)
+        draft_lengths = policy.next_lengths(draft_lengths, active, num_drafted, num_accepted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
         num_new = torch.where(active, num_accepted + 1, 0)  # [batch]
@@ -151,7 +163,7 @@ def speculative_decode(
 
         # 4. Roll back both caches to the committed tokens; the last one is fed again next step.
         num_valid = lens - pad_lens - 1  # [batch]
-        target.rollback(torch.minimum(target.num_cached, num_valid), slack=gamma + 1)
+        target.rollback(torch.minimum(target.num_cached, num_valid), slack=max_gamma + 1)
         drafter.observe(num_valid)
         step_stats.record_step(active, num_drafted, num_accepted, num_new)
 

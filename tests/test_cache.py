@@ -1,0 +1,56 @@
+"""CachedModel: ragged feeding, rollback and compaction give the logits of a fresh forward."""
+
+import torch
+
+import tiny_models
+from hf_specdec.cache import CachedModel
+
+
+def fresh_logits(model, tokens: list[int]) -> torch.Tensor:
+    """Logits of the last position of one unpadded sequence, no cache."""
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0, -1].float()
+
+
+def test_rollback_then_next_logits_equal_a_fresh_forward(target):
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randint(3, 96, (n,), generator=gen).tolist() for n in (9, 5, 7)]
+    width = 40
+    sequences = torch.zeros(3, width, dtype=torch.long)
+    pad = torch.tensor([0, 4, 2])
+    for b, row in enumerate(rows):
+        sequences[b, pad[b] : pad[b] + len(row)] = torch.tensor(row)
+    lens = pad + torch.tensor([len(r) for r in rows])
+    state = CachedModel(target, 3, torch.device("cpu"))
+    state.forward(sequences, pad, lens, 1)
+
+    for step in range(6):
+        # Feed 4 speculative tokens per row, then keep a different number per row (0..4).
+        extra = torch.randint(3, 96, (3, 4), generator=gen)
+        for b in range(3):
+            sequences[b, lens[b] : lens[b] + 4] = extra[b]
+        state.forward(sequences, pad, lens + 4, 5, anchors=lens + 4)
+        kept = torch.tensor([step % 5, 4 - step % 5, 2])
+        lens = lens + kept
+        state.rollback(torch.minimum(state.num_cached, lens - pad - 1), slack=5)
+        assert state.num_cached.tolist() == (lens - pad - 1).tolist()
+        assert state.valid.shape[1] <= int(state.num_cached.max()) + 5  # bounded: longest row + slack
+
+        logits = state.forward(sequences, pad, lens, 1)[:, 0]
+        for b in range(3):
+            expected = fresh_logits(target, sequences[b, pad[b] : lens[b]].tolist())
+            assert torch.allclose(logits[b], expected, atol=1e-4), (step, b)
+
+
+def test_compaction_moves_valid_columns_right_and_keeps_order(target):
+    state = CachedModel(target, 2, torch.device("cpu"))
+    sequences = torch.randint(3, 96, (2, 12), generator=torch.Generator().manual_seed(1))
+    pad = torch.tensor([0, 3])
+    state.forward(sequences, pad, torch.tensor([8, 8]), 1)
+    state.rollback(torch.tensor([8, 2]), slack=100)  # row 1 keeps 2 of its 5 tokens: a hole
+    assert state.valid.shape[1] == 8
+    state.compact()
+    assert state.valid.shape[1] == 8 and state.valid[1].tolist() == [False] * 6 + [True] * 2
+    logits = state.forward(sequences, pad, torch.tensor([9, 6]), 1)[:, 0]
+    assert torch.allclose(logits[1], fresh_logits(target, sequences[1, 3:6].tolist()), atol=1e-4)
+    assert torch.allclose(logits[0], fresh_logits(target, sequences[0, :9].tolist()), atol=1e-4)

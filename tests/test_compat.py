@@ -1,0 +1,148 @@
+"""Every incompatibility is a typed error raised before decoding, and changes nothing."""
+
+import copy
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+import hf_specdec
+import tiny_models
+from hf_specdec import errors
+
+
+def _ids():
+    return tiny_models.prompts(1, seed=0)[0]
+
+
+def _snapshot(model):
+    return copy.deepcopy(model.generation_config.to_dict()), {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def assert_unchanged(model, snapshot):
+    config, weights = snapshot
+    assert model.generation_config.to_dict() == config
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+
+
+def _raises(error, target, drafter, **kwargs):
+    snapshot = _snapshot(target), _snapshot(drafter) if hasattr(drafter, "generation_config") else None
+    forwards = []
+    hook = target.register_forward_hook(lambda *a: forwards.append(1))
+    try:
+        with pytest.raises(error) as info:
+            target.generate(_ids(), max_new_tokens=5, drafter=drafter, **kwargs)
+    finally:
+        hook.remove()
+    assert not forwards, "the target ran before the error"
+    assert_unchanged(target, snapshot[0])
+    if snapshot[1] is not None:
+        assert_unchanged(drafter, snapshot[1])
+    return str(info.value)
+
+
+@pytest.mark.parametrize("gamma", [0, -1, 1.5, True, "4", None])
+def test_gamma_must_be_a_positive_int(target, gamma):
+    message = _raises(errors.InvalidGammaError, target, target, gamma=gamma)
+    assert "positive int" in message
+    assert isinstance(errors.InvalidGammaError(), ValueError)
+
+
+def test_different_vocabulary_without_tokenizer(target):
+    drafter = tiny_models.llama(seed=1, vocab=120)
+    message = _raises(errors.VocabMismatchError, target, drafter)
+    assert "96" in message and "120" in message and "tokenizer=" in message
+
+
+def test_padded_head_is_accepted_with_the_tokenizer(target, tokenizer):
+    # Same tokenizer (96 ids), drafter head padded to 128 columns: verified on the shared 96.
+    drafter = tiny_models.llama(seed=0, vocab=128)
+    with torch.no_grad():
+        drafter.lm_head.weight[:96] = target.lm_head.weight
+        drafter.model.embed_tokens.weight[:96] = target.model.embed_tokens.weight
+        for name, param in target.named_parameters():
+            if "lm_head" not in name and "embed_tokens" not in name:
+                drafter.get_parameter(name).copy_(param)
+    ids = _ids()
+    out = target.generate(ids, max_new_tokens=12, do_sample=False, drafter=drafter, tokenizer=tokenizer)
+    assert torch.equal(out, target.generate(ids, max_new_tokens=12, do_sample=False))
+
+
+def test_tokenizer_larger_than_a_head_is_rejected(target):
+    drafter = tiny_models.llama(seed=1, vocab=128)
+    small = tiny_models.tokenizer(vocab=110)
+    message = _raises(errors.VocabMismatchError, target, drafter, tokenizer=small)
+    assert "110" in message
+
+
+def test_special_tokens_must_agree(target):
+    drafter = tiny_models.llama(seed=1)
+    drafter.generation_config.eos_token_id = 7
+    message = _raises(errors.SpecialTokenMismatchError, target, drafter)
+    assert "eos_token_id" in message and "7" in message
+
+
+def test_tokenizer_maps_must_agree(target, tokenizer):
+    # Same size and class, two ids swapped: a different vocabulary map.
+    words = dict(tokenizer.get_vocab())
+    words["w3"], words["w4"] = 4, 3
+    backend = Tokenizer(models.WordLevel(vocab=words, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    swapped = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    message = _raises(errors.TokenizerMismatchError, target, target, tokenizer=tokenizer, drafter_tokenizer=swapped)
+    assert "w3" in message and "w4" in message
+
+
+def test_tokenizer_classes_must_agree(target, tokenizer):
+    from transformers import GPT2TokenizerFast
+
+    other = GPT2TokenizerFast(tokenizer_object=tokenizer.backend_tokenizer)
+    message = _raises(errors.TokenizerMismatchError, target, target, tokenizer=tokenizer, drafter_tokenizer=other)
+    assert "GPT2Tokenizer" in message
+
+
+def test_drafter_context_too_short(target):
+    drafter = tiny_models.llama(seed=1, max_positions=16)
+    message = _raises(errors.MaxLengthError, target, drafter)
+    assert "16" in message
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(num_beams=2), errors.UnsupportedGenerationError),
+        (dict(output_attentions=True, return_dict_in_generate=True), errors.UnsupportedGenerationError),
+        (dict(output_hidden_states=True, return_dict_in_generate=True), errors.UnsupportedGenerationError),
+        (dict(prompt_lookup_num_tokens=3), errors.UnsupportedGenerationError),
+        (dict(guidance_scale=1.5), errors.UnsupportedGenerationError),
+    ],
+)
+def test_unsupported_generation_options(target, kwargs, error):
+    message = _raises(error, target, target, **kwargs)
+    assert "drafter" in message
+
+
+def test_assistant_model_with_drafter(target, unrelated_drafter):
+    message = _raises(errors.UnsupportedGenerationError, target, target, assistant_model=unrelated_drafter)
+    assert "assistant_model" in message
+
+
+def test_encoder_decoder_target_is_rejected(target):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    t5 = T5ForConditionalGeneration(T5Config(vocab_size=96, d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16))
+    with pytest.raises(errors.UnsupportedModelError, match="encoder-decoder"):
+        t5.generate(_ids(), max_new_tokens=3, drafter=target)
+
+
+def test_right_padding_is_rejected(target):
+    ids = torch.tensor([[5, 6, 7], [5, 6, 0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    with pytest.raises(ValueError, match="padding_side = 'left'"):
+        target.generate(ids, attention_mask=mask, max_new_tokens=3, drafter=target)
+
+
+def test_drafter_of_the_wrong_type(target):
+    with pytest.raises(TypeError, match="drafter must be"):
+        target.generate(_ids(), max_new_tokens=3, drafter=42)

@@ -1,0 +1,125 @@
+"""verify.py on hand-built distributions: greedy and stochastic acceptance, residual, bonus token."""
+
+import pytest
+import torch
+
+from hf_specdec import verify
+from stats_util import fits
+
+
+def _probs(*rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_greedy_all_none_partial():
+    # target argmax per position: 2, 0, 1, then bonus 3
+    scores = torch.eye(4)[[2, 0, 1, 3]][None].repeat(3, 1, 1)  # [3, 4, 4]
+    drafts = torch.tensor([[2, 0, 1], [1, 0, 1], [2, 0, 3]])
+    committed, num_accepted = verify.verify_greedy(drafts, scores)
+    assert num_accepted.tolist() == [3, 0, 2]
+    assert committed.tolist() == [[2, 0, 1, 3], [2, -1, -1, -1], [2, 0, 1, -1]]
+
+
+def test_greedy_gamma_one_and_num_drafted():
+    scores = torch.eye(4)[[1, 2]][None]  # [1, 2, 4]
+    committed, n = verify.verify_greedy(torch.tensor([[1]]), scores)
+    assert (committed.tolist(), n.tolist()) == ([[1, 2]], [1])
+    # A slot that holds no real draft is never accepted, even if it happens to match.
+    committed, n = verify.verify_greedy(torch.tensor([[1]]), scores, num_drafted=torch.tensor([0]))
+    assert (committed.tolist(), n.tolist()) == ([[1, -1]], [0])
+
+
+def test_residual_is_normalised_positive_part():
+    target = _probs([0.5, 0.3, 0.2, 0.0])
+    draft = _probs([0.1, 0.6, 0.1, 0.2])
+    expected = torch.tensor([[0.4, 0.0, 0.1, 0.0]]) / 0.5
+    assert torch.allclose(verify.residual_probs(target, draft), expected)
+    # p == q: no positive part; falls back to p instead of dividing by zero.
+    assert torch.allclose(verify.residual_probs(target, target), target)
+
+
+def test_identical_distributions_accept_everything():
+    probs = torch.softmax(torch.randn(64, 4, 10, generator=torch.Generator().manual_seed(0)), dim=-1)
+    drafts = torch.multinomial(probs[:, :3].reshape(-1, 10), 1, generator=torch.Generator().manual_seed(1)).view(64, 3)
+    _, n = verify.verify_stochastic(drafts, probs[:, :3], probs, torch.Generator().manual_seed(2))
+    assert (n == 3).all()
+
+
+def test_draft_outside_target_support_is_always_rejected():
+    # p gives token 0 probability 0 (e.g. cut by top-k, -inf logit); the draft proposes it.
+    target = _probs([0.0, 0.7, 0.3])[None].repeat(500, 2, 1)
+    draft = _probs([0.9, 0.05, 0.05])[None].repeat(500, 1, 1)
+    committed, n = verify.verify_stochastic(torch.zeros(500, 1, dtype=torch.long), draft, target,
+                                            torch.Generator().manual_seed(0))
+    assert (n == 0).all()
+    assert (committed[:, 0] != 0).all()  # the recovered token never has p = 0
+
+
+def _first_token_distribution(target, draft, n_rows, seed, sampler=verify.verify_stochastic):
+    """Empirical distribution of the first committed token, drafts sampled from `draft`."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = target.shape[-1]
+    drafts = torch.multinomial(draft.expand(n_rows, vocab), 1, generator=gen)  # [n, 1]
+    committed, _ = sampler(drafts, draft.expand(n_rows, 1, vocab), target.expand(n_rows, 2, vocab), gen)
+    return torch.bincount(committed[:, 0], minlength=vocab)
+
+
+TARGET = _probs([0.05, 0.4, 0.3, 0.0, 0.25])  # one token with p = 0
+DRAFT = _probs([0.3, 0.1, 0.2, 0.3, 0.1])  # mass where p has none, too little where p has much
+N = 20_000  # rows; seed 0; threshold: chi-square 0.999 quantile (stats_util)
+
+
+def test_first_token_follows_target_distribution():
+    counts = _first_token_distribution(TARGET, DRAFT, N, seed=0)
+    assert fits(counts, TARGET)
+
+
+def _sampler_with_p_as_residual(drafts, draft_probs, target_probs, generator):
+    """Negative control: a classic bug, sampling from p instead of norm(max(0, p - q)) after a rejection."""
+    original = verify.residual_probs
+    verify.residual_probs = lambda target, draft: target
+    try:
+        return verify.verify_stochastic(drafts, draft_probs, target_probs, generator)
+    finally:
+        verify.residual_probs = original
+
+
+def _sampler_accepting_everything(drafts, draft_probs, target_probs, generator):
+    """Negative control: accept every draft (returns the drafter's distribution)."""
+    return verify.verify_stochastic(drafts, target_probs[:, :-1], target_probs, generator)
+
+
+@pytest.mark.parametrize("wrong", [_sampler_with_p_as_residual, _sampler_accepting_everything])
+def test_negative_controls_fail_the_same_test(wrong):
+    counts = _first_token_distribution(TARGET, DRAFT, N, seed=0, sampler=wrong)
+    assert not fits(counts, TARGET)
+
+
+def test_one_hot_draft_accepts_with_target_probability():
+    # A deterministic drafter (prompt lookup) proposes token 1: accepted with probability p(1) = 0.4.
+    n_rows = N
+    drafts = torch.ones(n_rows, 1, dtype=torch.long)
+    one_hot = torch.nn.functional.one_hot(drafts, 5).float()  # [n, 1, 5]
+    committed, n = verify.verify_stochastic(drafts, one_hot, TARGET.expand(n_rows, 2, 5), torch.Generator().manual_seed(3))
+    accepted = n.float().mean().item()
+    assert abs(accepted - 0.4) < 4 * (0.4 * 0.6 / n_rows) ** 0.5
+    assert fits(torch.bincount(committed[:, 0], minlength=5), TARGET)
+
+
+def test_bonus_token_comes_from_the_last_target_distribution():
+    # Drafts always accepted (p == q on position 0); the bonus follows p at position 1.
+    first = _probs([0.0, 1.0, 0.0])
+    last = _probs([0.2, 0.3, 0.5])
+    target = torch.stack([first[0], last[0]])[None].expand(N, 2, 3)
+    drafts = torch.ones(N, 1, dtype=torch.long)
+    committed, n = verify.verify_stochastic(drafts, target[:, :1], target, torch.Generator().manual_seed(4))
+    assert (n == 1).all()
+    assert fits(torch.bincount(committed[:, 1], minlength=3), last[0])
+
+
+def test_explicit_generator_makes_results_reproducible():
+    probs = torch.softmax(torch.randn(8, 4, 6, generator=torch.Generator().manual_seed(0)), dim=-1)
+    drafts = torch.randint(0, 6, (8, 3), generator=torch.Generator().manual_seed(1))
+    first = verify.verify_stochastic(drafts, probs[:, :3], probs.flip(0), torch.Generator().manual_seed(7))
+    second = verify.verify_stochastic(drafts, probs[:, :3], probs.flip(0), torch.Generator().manual_seed(7))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
