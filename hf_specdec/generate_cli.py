@@ -15,7 +15,7 @@ import time
 
 import torch
 from tqdm import tqdm
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TextStreamer
 
 from hf_specdec.errors import SpeculativeError
 from hf_specdec.loading import load_drafter, load_model
@@ -76,6 +76,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--dtype", choices=sorted(DTYPES), default="auto", help="dtype of the unquantized weights (default: auto)"
     )
     parser.add_argument("--threads", type=int, help="CPU threads torch may use (torch.set_num_threads)")
+    parser.add_argument(
+        "--stream", action="store_true", help="print tokens as they are accepted (needs --batch-size 1, no --jsonl)"
+    )
     parser.add_argument("--jsonl", action="store_true", help='print one {"prompt", "completion"} JSON object per line')
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(handler=run, error=parser.error)
@@ -107,6 +110,8 @@ def _check_args(args: argparse.Namespace, parser_error) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser_error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.stream and (args.batch_size != 1 or args.jsonl):
+        parser_error("--stream prints one prompt at a time as plain text; drop --batch-size or --jsonl")
     if args.int8 == "drafter" and args.drafter == "prompt_lookup":
         parser_error("--int8 drafter needs a drafter model; prompt_lookup has no weights")
 
@@ -180,6 +185,8 @@ def _generate(args: argparse.Namespace, prompts: list[str]) -> int:
         if args.seed is not None:
             sampling["generator"] = torch.Generator(target.device).manual_seed(args.seed)
 
+    if args.stream:
+        sampling["streamer"] = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     stats = SpeculativeStats()
     start = time.perf_counter()
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
@@ -189,6 +196,8 @@ def _generate(args: argparse.Namespace, prompts: list[str]) -> int:
             **inputs, max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id, stats=stats,
             **sampling, **spec_kwargs,
         )
+        if args.stream:
+            continue  # the streamer printed the completion and its newline
         completions = tokenizer.batch_decode(sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
         for prompt, completion in zip(batch, completions):
             print(json.dumps({"prompt": prompt, "completion": completion}) if args.jsonl else completion, flush=True)

@@ -70,7 +70,7 @@ def test_help_documents_every_option(capsys):
     help_text = capsys.readouterr().out
     for option in ("--target", "--drafter", "--gamma", "--sample", "--temperature", "--top-k", "--top-p", "--seed",
                    "--max-new-tokens", "--chat", "--int8", "--int8-backend", "--threads", "--prompts-file",
-                   "--batch-size", "--device", "--dtype", "--jsonl", "--no-progress", "prompt_lookup", "stdin"):
+                   "--batch-size", "--device", "--dtype", "--stream", "--jsonl", "--no-progress", "prompt_lookup", "stdin"):
         assert option in help_text, option
 
 
@@ -96,6 +96,13 @@ def test_prompt_lookup_drafter(checkpoints, target, tokenizer, capsys):
     assert capsys.readouterr().out.splitlines() == [_expected(target, tokenizer, PROMPTS[0])]
 
 
+def test_stream_prints_the_same_completions(checkpoints, capsys):
+    assert main(_args(checkpoints, *PROMPTS[:2])) == 0
+    expected = capsys.readouterr().out
+    assert main(_args(checkpoints, "--stream", *PROMPTS[:2])) == 0
+    assert capsys.readouterr().out == expected
+
+
 def test_seeded_sampling_is_reproducible(checkpoints, capsys):
     runs = []
     for _ in range(2):
@@ -116,6 +123,7 @@ def test_missing_drafter_exits_2_naming_the_fix(checkpoints, tmp_path, capsys):
     ((PROMPTS[0], "--temperature", "0.5"), "add --sample"),
     ((), "no prompt"),
     ((PROMPTS[0], "--gamma", "0"), "--gamma must be at least 1"),
+    ((PROMPTS[0], "--stream", "--batch-size", "2"), "drop --batch-size"),
 ])
 def test_usage_errors_name_the_fix(checkpoints, capsys, extra, message):
     with pytest.raises(SystemExit) as info:
