@@ -100,7 +100,7 @@ def _read_prompts(args: argparse.Namespace, parser_error) -> list[str]:
 
 
 def _lines(stream) -> list[str]:
-    return [line.rstrip("\n") for line in stream if line.strip()]
+    return [line.rstrip("\r\n") for line in stream if line.strip()]
 
 
 def _check_args(args: argparse.Namespace, parser_error) -> None:
@@ -124,9 +124,9 @@ def _target_path(target: str) -> str:
     return target
 
 
-def _tokenizer(path: str, role: str):
-    """The checkpoint's tokenizer, or None for a drafter saved without one."""
-    if not os.path.isfile(os.path.join(path, "tokenizer_config.json")) and role == "drafter":
+def _tokenizer(path: str):
+    """The checkpoint's tokenizer; None for a directory saved without one."""
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "tokenizer_config.json")):
         return None
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
@@ -164,7 +164,9 @@ def _generate(args: argparse.Namespace, prompts: list[str]) -> int:
 
     target_path = _target_path(args.target)
     target = load_model(target_path, quantization=target_quant, device=device, dtype=DTYPES[args.dtype], role="target")
-    tokenizer = _tokenizer(target_path, "target")
+    tokenizer = _tokenizer(target_path)
+    if tokenizer is None:
+        args.error(f"{args.target} has no tokenizer; save the target's tokenizer there (tokenizer.save_pretrained)")
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -176,7 +178,7 @@ def _generate(args: argparse.Namespace, prompts: list[str]) -> int:
         spec_kwargs["drafter"] = load_drafter(
             args.drafter, quantization=drafter_quant, device=drafter_device, dtype=DTYPES[args.dtype]
         )
-        spec_kwargs["drafter_tokenizer"] = _tokenizer(args.drafter, "drafter")
+        spec_kwargs["drafter_tokenizer"] = _tokenizer(args.drafter)
 
     sampling = {"do_sample": args.sample}
     if args.sample:

@@ -21,8 +21,8 @@ from hf_specdec.errors import SpeculativeError
 QUANTIZATIONS = {"int8": ("optimum-quanto", "optimum.quanto"), "int8-bnb": ("bitsandbytes", "bitsandbytes")}
 
 
-class DrafterNotFoundError(SpeculativeError, FileNotFoundError):
-    """`drafter=` (or the CLI's --target / --drafter) names a checkpoint that is not on this machine."""
+class CheckpointNotFoundError(SpeculativeError, FileNotFoundError):
+    """A drafter (or the CLI's target) path that is neither a directory nor a downloaded hub model."""
 
 
 class UnknownQuantizationError(SpeculativeError, ValueError):
@@ -98,7 +98,7 @@ def load_model(
     config = quantization_config(quantization)
     path = os.fspath(path)
     if not os.path.isdir(path) and not _in_hub_cache(path):
-        raise DrafterNotFoundError(
+        raise CheckpointNotFoundError(
             f"{role} {path!r} is neither a directory nor a downloaded hub model (hf_specdec never downloads): "
             "pass a directory written by `model.save_pretrained(...)`, or download the hub model first "
             "(`hf download <repo_id>`)."

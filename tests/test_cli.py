@@ -112,11 +112,13 @@ def test_seeded_sampling_is_reproducible(checkpoints, capsys):
     assert runs[0] == runs[1] and runs[0].strip()
 
 
-def test_missing_drafter_exits_2_naming_the_fix(checkpoints, tmp_path, capsys):
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_missing_checkpoint_exits_2_naming_the_fix(checkpoints, tmp_path, capsys, role):
     args = _args(checkpoints, PROMPTS[0])
-    args[args.index("--drafter") + 1] = str(tmp_path / "missing")
+    args[args.index(f"--{role}") + 1] = str(tmp_path / "missing")
     assert main(args) == 2
-    assert "save_pretrained" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{role} '{tmp_path / 'missing'}'" in err and "save_pretrained" in err
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -8,7 +8,7 @@ from transformers import pipeline
 import hf_specdec
 import hf_specdec.pipelines  # noqa: F401  (hands the pipeline's tokenizer to generate())
 import tiny_models
-from hf_specdec.loading import DrafterNotFoundError
+from hf_specdec.loading import CheckpointNotFoundError
 
 PROMPTS = ["w5 w6 w7", "w9", "w10 w11 w12 w13 w14", "w20 w21", "w30 w31 w32"]
 CHAT_TEMPLATE = (
@@ -101,5 +101,5 @@ def test_pipeline_tokenizer_reaches_compatibility_check(pipe, partial_drafter, t
 
 
 def test_missing_drafter_path_names_the_fix(pipe, tmp_path):
-    with pytest.raises(DrafterNotFoundError, match="save_pretrained"):
+    with pytest.raises(CheckpointNotFoundError, match="save_pretrained"):
         pipe(PROMPTS[0], drafter=str(tmp_path / "nowhere"), max_new_tokens=4, do_sample=False)

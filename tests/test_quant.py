@@ -10,7 +10,7 @@ import hf_specdec
 import tiny_models
 from hf_specdec import loading
 from hf_specdec.loading import (
-    DrafterNotFoundError,
+    CheckpointNotFoundError,
     QuantizationBackendError,
     UnknownQuantizationError,
     load_drafter,
@@ -84,7 +84,7 @@ def test_load_drafter_dtype(checkpoints):
 
 
 def test_missing_drafter_path_fails_before_decoding(target, tmp_path):
-    with pytest.raises(DrafterNotFoundError, match="save_pretrained") as info:
+    with pytest.raises(CheckpointNotFoundError, match="save_pretrained") as info:
         target.generate(PROMPT_IDS, drafter=str(tmp_path / "no-such-drafter"), max_new_tokens=4)
     assert isinstance(info.value, FileNotFoundError)
 
