@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 import torch
 from tqdm import tqdm
-from transformers import AutoTokenizer, TextStreamer
+from transformers import TextStreamer
+from transformers.utils import logging as hf_logging
 
 from hf_specdec.errors import SpeculativeError
-from hf_specdec.loading import load_drafter, load_model
+from hf_specdec.loading import load_drafter, load_model, load_tokenizer
 from hf_specdec.stats import SpeculativeStats
 
 BACKENDS = {"quanto": "int8", "bitsandbytes": "int8-bnb"}
@@ -124,13 +124,6 @@ def _target_path(target: str) -> str:
     return target
 
 
-def _tokenizer(path: str):
-    """The checkpoint's tokenizer; None for a directory saved without one."""
-    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "tokenizer_config.json")):
-        return None
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
-
-
 def _encode(tokenizer, prompts: list[str], chat: bool, device) -> dict[str, torch.Tensor]:
     if chat:
         messages = [[{"role": "user", "content": prompt}] for prompt in prompts]
@@ -153,51 +146,54 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace, prompts: list[str]) -> int:
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()  # "Loading weights" bars would drown the output
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    target_quant = BACKENDS[args.int8_backend] if args.int8 in ("target", "both") else None
-    drafter_quant = BACKENDS[args.int8_backend] if args.int8 in ("drafter", "both") else None
+    dtype = DTYPES[args.dtype]
+    quantization = BACKENDS[args.int8_backend]
 
+    # 1. Target and its tokenizer (left padding for batches, as generate() expects).
     target_path = _target_path(args.target)
-    target = load_model(target_path, quantization=target_quant, device=device, dtype=DTYPES[args.dtype], role="target")
-    tokenizer = _tokenizer(target_path)
+    target_quant = quantization if args.int8 in ("target", "both") else None
+    target = load_model(target_path, quantization=target_quant, device=device, dtype=dtype, role="target")
+    tokenizer = load_tokenizer(target_path)
     if tokenizer is None:
         args.error(f"{args.target} has no tokenizer; save the target's tokenizer there (tokenizer.save_pretrained)")
+    if args.chat and tokenizer.chat_template is None:
+        args.error(f"--chat needs a chat template, and the tokenizer of {args.target} has none; drop --chat")
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if args.chat and tokenizer.chat_template is None:
-        args.error(f"--chat needs a chat template, and the tokenizer of {args.target} has none; drop --chat")
-    spec_kwargs = {"drafter": args.drafter, "gamma": args.gamma, "tokenizer": tokenizer}
-    if args.drafter != "prompt_lookup":
-        drafter_device = target.device if device == "auto" else device
-        spec_kwargs["drafter"] = load_drafter(
-            args.drafter, quantization=drafter_quant, device=drafter_device, dtype=DTYPES[args.dtype]
-        )
-        spec_kwargs["drafter_tokenizer"] = _tokenizer(args.drafter)
 
-    sampling = {"do_sample": args.sample}
+    # 2. Drafter, next to the target; its tokenizer (if saved) joins the compatibility check.
+    generate_kwargs = {"drafter": args.drafter, "gamma": args.gamma, "tokenizer": tokenizer}
+    if args.drafter != "prompt_lookup":
+        drafter_quant = quantization if args.int8 in ("drafter", "both") else None
+        drafter_device = target.device if device == "auto" else device
+        generate_kwargs["drafter"] = load_drafter(args.drafter, drafter_quant, device=drafter_device, dtype=dtype)
+        generate_kwargs["drafter_tokenizer"] = load_tokenizer(args.drafter)
+
+    # 3. Decoding options.
+    generate_kwargs.update(
+        max_new_tokens=args.max_new_tokens, do_sample=args.sample, pad_token_id=tokenizer.pad_token_id
+    )
     if args.sample:
         given = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
-        sampling.update({name: value for name, value in given.items() if value is not None})
+        generate_kwargs.update({name: value for name, value in given.items() if value is not None})
         if args.seed is not None:
-            sampling["generator"] = torch.Generator(target.device).manual_seed(args.seed)
-
+            generate_kwargs["generator"] = torch.Generator(target.device).manual_seed(args.seed)
     if args.stream:
-        sampling["streamer"] = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        generate_kwargs["streamer"] = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+    # 4. Batches of prompts; one stats object accumulates every batch's rows.
     stats = SpeculativeStats()
     start = time.perf_counter()
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
-    for batch in tqdm(batches, desc="batches", unit="batch", file=sys.stderr, disable=args.no_progress or len(batches) == 1):
+    quiet = args.no_progress or len(batches) == 1
+    for batch in tqdm(batches, desc="batches", unit="batch", file=sys.stderr, disable=quiet):
         inputs = _encode(tokenizer, batch, args.chat, target.device)
-        sequences = target.generate(
-            **inputs, max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id, stats=stats,
-            **sampling, **spec_kwargs,
-        )
+        sequences = target.generate(**inputs, stats=stats, **generate_kwargs)
         if args.stream:
             continue  # the streamer printed the completion and its newline
         completions = tokenizer.batch_decode(sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)

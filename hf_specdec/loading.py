@@ -1,4 +1,4 @@
-"""Loading a drafter (or target) in one call: a local checkpoint, optionally quantized to int8.
+"""Loading a drafter (or target) and its tokenizer in one call: a local checkpoint, optionally int8.
 
 Contract: `load_drafter(path, quantization=...)` returns an eval-mode causal LM read from local files
 only, or raises a typed error naming the fix before any weight is read (missing path, unknown
@@ -13,7 +13,7 @@ import os
 
 import torch
 from huggingface_hub import try_to_load_from_cache
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from hf_specdec.errors import SpeculativeError
 
@@ -69,8 +69,6 @@ def quantization_config(quantization: str | None):
         return QuantoConfig(weights="int8")
     from transformers import BitsAndBytesConfig
 
-    # Only this exact per-call message is dropped; other bitsandbytes logs still reach the user.
-    logging.getLogger("bitsandbytes.autograd._functions").addFilter(_cast_warning_filter)
     return BitsAndBytesConfig(load_in_8bit=True)
 
 
@@ -103,6 +101,9 @@ def load_model(
             "pass a directory written by `model.save_pretrained(...)`, or download the hub model first "
             "(`hf download <repo_id>`)."
         )
+    if quantization == "int8-bnb":
+        # Only this exact per-call message is dropped; other bitsandbytes logs still reach the user.
+        logging.getLogger("bitsandbytes.autograd._functions").addFilter(_cast_warning_filter)
     kwargs = {"local_files_only": True, "quantization_config": config}
     if dtype is not None:
         kwargs["dtype"] = dtype
@@ -112,8 +113,8 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except ImportError as error:  # the backend is installed but cannot run here (no kernels, wrong torch)
         raise QuantizationBackendError(
-            f"loading {role} {path!r} with quantization={quantization!r} failed: {error}. Try the other "
-            f"int8 backend ({sorted(set(QUANTIZATIONS) - {quantization})}) or quantization=None."
+            f"loading {role} {path!r} with quantization={quantization!r} failed: {error}. Try another "
+            f"quantization ({sorted(QUANTIZATIONS)}) or None."
         ) from error
     return model.eval()
 
@@ -126,3 +127,11 @@ def load_drafter(
 ) -> PreTrainedModel:
     """Loads a drafter in one call; what `generate(drafter="path/to/model")` uses. See `load_model`."""
     return load_model(path, quantization=quantization, device=device, dtype=dtype, role="drafter")
+
+
+def load_tokenizer(path: str | os.PathLike):
+    """The tokenizer saved with a checkpoint (local files only); None for a directory without one."""
+    path = os.fspath(path)
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "tokenizer_config.json")):
+        return None
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)

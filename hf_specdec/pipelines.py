@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 
-from transformers import AutoTokenizer, TextGenerationPipeline
+from transformers import TextGenerationPipeline
 
-from hf_specdec.loading import load_drafter
+from hf_specdec.loading import load_drafter, load_tokenizer
 
 _original_sanitize_parameters = None
 
@@ -23,9 +23,7 @@ def _load_path_drafter(pipe: TextGenerationPipeline, path: str | os.PathLike):
     cache = pipe.__dict__.setdefault("_hf_specdec_drafters", {})
     key = os.fspath(path)
     if key not in cache:
-        model = load_drafter(key, device=pipe.model.device)
-        has_tokenizer = os.path.isfile(os.path.join(key, "tokenizer_config.json"))
-        cache[key] = (model, AutoTokenizer.from_pretrained(key, local_files_only=True) if has_tokenizer else None)
+        cache[key] = (load_drafter(key, device=pipe.model.device), load_tokenizer(key))
     return cache[key]
 
 

@@ -70,7 +70,8 @@ def test_help_documents_every_option(capsys):
     help_text = capsys.readouterr().out
     for option in ("--target", "--drafter", "--gamma", "--sample", "--temperature", "--top-k", "--top-p", "--seed",
                    "--max-new-tokens", "--chat", "--int8", "--int8-backend", "--threads", "--prompts-file",
-                   "--batch-size", "--device", "--dtype", "--stream", "--jsonl", "--no-progress", "prompt_lookup", "stdin"):
+                   "--batch-size", "--device", "--dtype", "--stream", "--jsonl", "--no-progress",
+                   "prompt_lookup", "stdin"):
         assert option in help_text, option
 
 

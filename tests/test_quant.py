@@ -98,7 +98,8 @@ def test_unknown_quantization_names_the_choices(checkpoints):
 def test_missing_backend_names_the_package(checkpoints, monkeypatch):
     real_find_spec = loading.importlib.util.find_spec
     monkeypatch.setattr(
-        loading.importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a)
+        loading.importlib.util, "find_spec",
+        lambda name, *args: None if name == "bitsandbytes" else real_find_spec(name, *args),
     )
     with pytest.raises(QuantizationBackendError, match="pip install bitsandbytes") as info:
         load_drafter(checkpoints / "drafter", quantization="int8-bnb")

@@ -56,7 +56,9 @@ def test_greedy_stream_matches_target_alone(target, unrelated_drafter):
     # An unrelated drafter is rejected almost every step: the stream is still the target's own output.
     streamer = RecordingStreamer()
     expected = target.generate(PROMPT, max_new_tokens=20, do_sample=False)
-    target.generate(PROMPT, drafter=unrelated_drafter, gamma=GAMMA, max_new_tokens=20, do_sample=False, streamer=streamer)
+    target.generate(
+        PROMPT, drafter=unrelated_drafter, gamma=GAMMA, max_new_tokens=20, do_sample=False, streamer=streamer
+    )
     assert sum(streamer.puts, []) == expected[0].tolist()
 
 
