@@ -125,3 +125,24 @@ def test_stop_strings_and_user_stopping_criteria(target, partial_drafter, tokeni
     assert torch.equal(out, expected)
     # The criteria really stopped rows early (rows 0 and 1 are padded after their stop).
     assert (expected[0, P + 4 :] == tiny_models.PAD).all() and (expected[1, P + 7 :] == tiny_models.PAD).all()
+
+
+def test_other_processors_apply_to_both_models(target, partial_drafter):
+    input_ids, mask = tiny_models.prompts(3, seed=13)
+    plain = greedy(target, input_ids, mask)
+    P = input_ids.shape[1]
+    kwargs = dict(no_repeat_ngram_size=2, bad_words_ids=[[int(plain[0, P + 1])]], suppress_tokens=[int(plain[1, P])])
+    out, _ = speculate(target, partial_drafter, input_ids, mask, gamma=4, **kwargs)
+    assert torch.equal(out, greedy(target, input_ids, mask, **kwargs))
+    assert not torch.equal(out, plain)
+
+
+def test_examples_quickstart_runs():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "quickstart_tiny.py"
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "equal to plain greedy: True" in result.stdout
