@@ -1,0 +1,73 @@
+"""Speculative decoding of the real SmolLM2-135M-Instruct with the shipped drafter equals the target's
+own greedy output, alone and in a padded batch (marked `real`: `make test-real`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import hf_specdec
+from hf_specdec import smollm2
+
+pytestmark = pytest.mark.real
+
+DRAFTER = Path(__file__).resolve().parents[1] / "drafters" / "smollm2-135m-instruct"
+CHATS = [
+    "What is the capital of France?",
+    "Write a haiku about autumn leaves.",
+    "Give me three tips for sleeping well.",
+    "Explain photosynthesis in two sentences.",
+]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    try:
+        smollm2.gguf_path()
+    except smollm2.SmolLM2NotInstalledError as error:
+        pytest.skip(str(error))
+    torch.set_num_threads(2)
+    target, tokenizer = smollm2.load_smollm2()
+    drafter = AutoModelForCausalLM.from_pretrained(DRAFTER).eval()
+    return target, drafter, tokenizer
+
+
+def _chats(tokenizer, texts):
+    tokenizer.padding_side = "left"
+    rendered = [
+        tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+        for t in texts
+    ]
+    return tokenizer(rendered, return_tensors="pt", padding=True, add_special_tokens=False)
+
+
+def test_shipped_drafter_passes_the_compatibility_checks(pair):
+    target, drafter, tokenizer = pair
+    drafter_tokenizer = AutoTokenizer.from_pretrained(DRAFTER)
+    config = target.generation_config
+    width = hf_specdec.ModelDrafter(drafter).check_compatible(target, config, tokenizer, drafter_tokenizer)
+    assert width == target.config.vocab_size
+
+
+def test_greedy_equality_on_chat_prompts_alone(pair):
+    target, drafter, tokenizer = pair
+    stats = hf_specdec.SpeculativeStats()
+    for text in CHATS:
+        inputs = _chats(tokenizer, [text])
+        expected = target.generate(**inputs, max_new_tokens=40, do_sample=False)
+        out = target.generate(**inputs, max_new_tokens=40, do_sample=False, drafter=drafter, gamma=4,
+                              tokenizer=tokenizer, stats=stats)
+        assert torch.equal(out, expected), text
+    assert stats.acceptance_rate > 0.2  # the drafter is doing real work, not just passing through
+
+
+def test_greedy_equality_on_a_padded_batch_of_four(pair):
+    target, drafter, tokenizer = pair
+    inputs = _chats(tokenizer, CHATS)
+    assert (inputs["attention_mask"] == 0).any()  # really padded
+    expected = target.generate(**inputs, max_new_tokens=40, do_sample=False)
+    out = target.generate(**inputs, max_new_tokens=40, do_sample=False, drafter=drafter, gamma=4, tokenizer=tokenizer)
+    assert torch.equal(out, expected)
