@@ -34,7 +34,8 @@ def exact_joint(
     joint = {(): 1.0}
     for _ in range(num_tokens):
         prefixes = list(joint)
-        inputs = torch.cat([prompt.repeat(len(prefixes), 1), torch.tensor(prefixes, dtype=torch.long).reshape(len(prefixes), -1)], 1)
+        continuations = torch.tensor(prefixes, dtype=torch.long).reshape(len(prefixes), -1)  # [prefixes, step]
+        inputs = torch.cat([prompt.repeat(len(prefixes), 1), continuations], dim=1)
         logits = model(inputs).logits[:, -1].float()  # [prefixes, vocab]
         probs = processors(inputs, logits).softmax(dim=-1).double()
         joint = {

@@ -21,7 +21,8 @@ class DraftContext:
     Row b's tokens so far are `sequences[b, pad_lens[b]:lens[b]]` (the buffer is left-padded and has
     room for `num_tokens` more tokens after `lens`). `process(scores, lengths, rows)` applies
     generate()'s logits processors to raw drafter logits of the selected rows, as plain generate()
-    would at those lengths.
+    would at those lengths. `min_confidence` is the draft policy's confidence stop: a drafter that
+    scores its proposals stops a row after a token it gave lower probability (others ignore it).
     """
 
     sequences: torch.Tensor  # [batch, buffer] long
@@ -32,6 +33,7 @@ class DraftContext:
     do_sample: bool
     generator: torch.Generator | None
     process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    min_confidence: float = 0.0
 
 
 @dataclass

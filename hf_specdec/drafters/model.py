@@ -12,7 +12,8 @@ from hf_specdec.verify import sample
 
 
 class ModelDrafter(Drafter):
-    """Drafts autoregressively with `model`, one forward per drafted token.
+    """Drafts autoregressively with `model`, one forward per drafted token; with a confidence stop
+    (`ctx.min_confidence`) a row stops after a token the model gave lower probability.
 
     The first forward of a step also feeds whatever the drafter has not seen yet (the prompt, the
     target's recovered/bonus token, the last accepted draft), so nothing is fed twice. If the model's
@@ -39,28 +40,32 @@ class ModelDrafter(Drafter):
 
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
         batch = ctx.lens.shape[0]
-        width = int(num_tokens.max())
-        tokens = torch.full((batch, width), -1, dtype=torch.long, device=ctx.lens.device)  # [batch, width]
-        probs = [] if ctx.do_sample else None
-        for j in range(width):
-            rows = ctx.active & (j < num_tokens)  # [batch] rows that want draft j + 1
+        tokens = torch.full((batch, int(num_tokens.max())), -1, dtype=torch.long, device=ctx.lens.device)
+        probs = []  # [batch, vocab] per drafted column
+        drafting = ctx.active.clone()  # [batch] rows the confidence stop has not stopped
+        num_drafted = torch.zeros_like(num_tokens)  # [batch]
+        for j in range(tokens.shape[1]):
+            rows = drafting & (j < num_tokens)  # [batch] rows that want draft j + 1
+            if not rows.any():
+                break
             at = ctx.lens + j  # [batch] buffer index of draft j + 1
             logits = self.state.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
             scores = ctx.process(logits[:, 0, : ctx.vocab_size], at, rows)  # [batch, vocab]
-            if ctx.do_sample:
-                step_probs = scores.softmax(dim=-1)
-                probs.append(step_probs)
-                token = sample(step_probs, ctx.generator)
-            else:
-                token = scores.argmax(dim=-1)
+            step_probs = scores.softmax(dim=-1) if ctx.do_sample or ctx.min_confidence > 0 else None
+            token = sample(step_probs, ctx.generator) if ctx.do_sample else scores.argmax(dim=-1)  # [batch]
+            probs.append(step_probs)
             tokens[:, j] = torch.where(rows, token, -1)
+            num_drafted += rows
             # Later drafts (and the target) read this draft from the shared buffer.
             index = rows.nonzero().squeeze(1)
             ctx.sequences[index, at[index]] = token[index]
-        self.slack = width + 1
-        draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
-        num_drafted = torch.where(ctx.active, num_tokens, 0)
-        return Draft(tokens=tokens, num_drafted=num_drafted, probs=draft_probs)
+            if ctx.min_confidence > 0:
+                # The doubtful token itself is still verified: dropping it would make the kept drafts
+                # follow q restricted to confident tokens, not the q that verification divides by.
+                drafting &= step_probs.gather(1, token[:, None]).squeeze(1) >= ctx.min_confidence
+        self.slack = len(probs) + 1
+        draft_probs = torch.stack(probs, dim=1) if ctx.do_sample and probs else None  # [batch, width, vocab]
+        return Draft(tokens=tokens[:, : len(probs)], num_drafted=num_drafted, probs=draft_probs)
 
     def observe(self, num_valid: torch.Tensor) -> None:
         self.state.rollback(torch.minimum(self.state.num_cached, num_valid), slack=self.slack)

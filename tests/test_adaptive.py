@@ -1,0 +1,247 @@
+"""Adaptive draft length (gamma="auto", DraftPolicy) and the confidence stop: the schedule itself, then
+exactness (greedy equality, joint distribution) with every form of gamma."""
+
+import dataclasses
+
+import pytest
+import torch
+
+import hf_specdec
+import tiny_models
+from chi_square import chi_square, exact_joint
+from hf_specdec.compat import check_gamma
+from hf_specdec.drafters.base import DraftContext
+from hf_specdec.drafters.model import ModelDrafter
+from hf_specdec.errors import InvalidGammaError
+from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
+
+
+@pytest.fixture(scope="module")
+def close_drafter(target):
+    """Agrees with the target often enough (greedy alpha ~0.35) for long accepted runs."""
+    return tiny_models.perturbed(target, scale=0.2)
+
+
+# --- the policies ------------------------------------------------------------------------------------
+
+
+def test_gamma_forms_resolve_to_policies():
+    assert check_gamma(3) == DraftPolicy(max_gamma=3, min_confidence=0.0)
+    assert check_gamma("auto") == HeuristicDraftPolicy()
+    assert HeuristicDraftPolicy() == HeuristicDraftPolicy(max_gamma=16, start_gamma=4, min_confidence=0.4)
+    policy = HeuristicDraftPolicy(max_gamma=8, min_confidence=0.0)
+    assert check_gamma(policy) is policy
+
+
+@pytest.mark.parametrize("gamma", [0, -1, True, 2.0, "Auto", "4", None, HeuristicDraftPolicy])
+def test_invalid_gamma_raises_before_decoding(gamma):
+    with pytest.raises(InvalidGammaError, match="gamma must be"):
+        check_gamma(gamma)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(max_gamma=0), "max_gamma"),
+        (dict(min_confidence=1.5), "min_confidence"),
+        (dict(min_confidence=-0.1), "min_confidence"),
+        (dict(start_gamma=0), "start_gamma"),
+        (dict(max_gamma=4, start_gamma=5), "must not exceed"),
+        (dict(increase=-1), "increase"),
+    ],
+)
+def test_invalid_policy_fields_raise(kwargs, message):
+    with pytest.raises(InvalidGammaError, match=message):
+        HeuristicDraftPolicy(**kwargs)
+
+
+def test_policies_are_frozen_and_keyword_only():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        HeuristicDraftPolicy().max_gamma = 3
+    with pytest.raises(TypeError):
+        DraftPolicy(4)
+
+
+def test_fixed_policy_keeps_its_length():
+    policy = DraftPolicy(max_gamma=5)
+    lengths = policy.initial_lengths(3, torch.device("cpu"))
+    assert lengths.tolist() == [5, 5, 5]
+    counts = torch.tensor([5, 5, 0])
+    assert policy.next_lengths(lengths, torch.ones(3, dtype=torch.bool), counts, counts).tolist() == [5, 5, 5]
+
+
+def test_heuristic_schedule_moves_each_row_on_its_own():
+    policy = HeuristicDraftPolicy(max_gamma=6, start_gamma=3)
+    lengths = policy.initial_lengths(6, torch.device("cpu"))
+    assert lengths.tolist() == [3] * 6
+    lengths = torch.tensor([3, 3, 5, 1, 3, 3])
+    active = torch.tensor([True, True, True, True, True, False])
+    num_drafted = torch.tensor([3, 3, 5, 1, 0, 3])
+    num_accepted = torch.tensor([3, 1, 5, 0, 0, 3])
+    # all accepted: +2; a rejection: -1; capped at max_gamma; floored at 1; no draft or inactive: kept.
+    assert policy.next_lengths(lengths, active, num_drafted, num_accepted).tolist() == [5, 2, 6, 1, 3, 3]
+
+
+def test_a_row_cut_short_by_the_confidence_stop_and_fully_accepted_grows():
+    policy = HeuristicDraftPolicy(max_gamma=8)
+    lengths = policy.next_lengths(torch.tensor([6]), torch.tensor([True]), torch.tensor([2]), torch.tensor([2]))
+    assert lengths.tolist() == [8]
+
+
+# --- the confidence stop in ModelDrafter -------------------------------------------------------------
+
+
+def _greedy_context(input_ids, attention_mask, min_confidence):
+    batch, length = input_ids.shape
+    sequences = torch.cat([input_ids, torch.full((batch, 8), tiny_models.PAD)], dim=1)
+    return DraftContext(
+        sequences=sequences,
+        pad_lens=(attention_mask == 0).sum(dim=1),
+        lens=torch.full((batch,), length),
+        active=torch.ones(batch, dtype=torch.bool),
+        vocab_size=tiny_models.VOCAB,
+        do_sample=False,
+        generator=None,
+        process=lambda scores, lengths, rows: torch.where(rows[:, None], scores, 0.0),
+        min_confidence=min_confidence,
+    )
+
+
+@torch.no_grad()
+def test_confidence_stop_ends_each_row_after_its_first_doubtful_token(close_drafter):
+    input_ids, attention_mask = tiny_models.prompts(batch=8, seed=4)
+    threshold, cap = 0.1, 6  # for these prompts rows stop after 1 to 6 tokens
+    drafter = ModelDrafter(close_drafter)
+    drafter.begin(8, torch.device("cpu"))
+    draft = drafter.propose(_greedy_context(input_ids, attention_mask, threshold), torch.full((8,), cap))
+    counts = draft.num_drafted.tolist()
+    assert len(set(counts)) > 1 and min(counts) >= 1  # rows stopped independently
+    assert draft.tokens.shape[1] == max(counts)  # the step ended when the last row stopped
+    assert drafter.num_forwards == max(counts)
+    for row, count in enumerate(counts):
+        tokens = input_ids[row, attention_mask[row].bool()]
+        drafted = draft.tokens[row, :count]
+        assert (draft.tokens[row, count:] == -1).all()
+        context = torch.cat([tokens, drafted])[None]
+        probs = close_drafter(context).logits[0, tokens.shape[0] - 1 :].softmax(dim=-1)  # [count + 1, vocab]
+        confidence = probs[torch.arange(count), drafted]  # the drafter's probability of its own proposals
+        assert torch.equal(drafted, probs[:count].argmax(dim=-1))
+        assert (confidence[:-1] >= threshold).all()  # it kept going while confident...
+        assert count == cap or confidence[-1] < threshold  # ...and stopped right after a doubtful token
+
+
+# --- exactness ---------------------------------------------------------------------------------------
+
+POLICIES = {
+    "auto": "auto",
+    "heuristic_from_1": HeuristicDraftPolicy(max_gamma=5, start_gamma=1, min_confidence=0.0),
+    "fixed_with_confidence_stop": DraftPolicy(max_gamma=5, min_confidence=0.13),
+    "heuristic_with_confidence_stop": HeuristicDraftPolicy(max_gamma=8, min_confidence=0.13),
+}
+
+
+@pytest.mark.parametrize("gamma", POLICIES.values(), ids=POLICIES.keys())
+def test_greedy_equals_plain_generate_left_padded_batch(target, close_drafter, gamma):
+    input_ids, attention_mask = tiny_models.prompts(batch=5, seed=4)
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, do_sample=False, max_new_tokens=32)
+    stats = hf_specdec.SpeculativeStats()
+    out = target.generate(**kwargs, drafter=close_drafter, gamma=gamma, stats=stats)
+    assert torch.equal(out, target.generate(**kwargs))
+    assert int(stats.accepted.sum()) > 0
+    assert stats.accepted_histogram.shape[1] == check_gamma(gamma).max_gamma + 1
+
+
+@pytest.mark.parametrize("gamma", POLICIES.values(), ids=POLICIES.keys())
+def test_greedy_equals_plain_generate_batch_1(target, close_drafter, gamma):
+    input_ids = tiny_models.prompts(batch=1, seed=5)[0]
+    kwargs = dict(do_sample=False, max_new_tokens=40)
+    out = target.generate(input_ids, **kwargs, drafter=close_drafter, gamma=gamma)
+    assert torch.equal(out, target.generate(input_ids, **kwargs))
+
+
+def test_auto_with_prompt_lookup_equals_plain_generate(target):
+    input_ids = target.generate(torch.tensor([[5, 6, 7, 8]]), do_sample=False, max_new_tokens=30)
+    kwargs = dict(do_sample=False, max_new_tokens=30)
+    stats = hf_specdec.SpeculativeStats()
+    out = target.generate(input_ids, **kwargs, drafter="prompt_lookup", gamma="auto", stats=stats)
+    assert torch.equal(out, target.generate(input_ids, **kwargs))
+    assert int(stats.histogram[5:].sum()) > 0  # the schedule grew past the start length on the loop
+
+
+def test_rows_of_a_batch_get_different_draft_lengths(target, close_drafter):
+    seen = []
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Recording(HeuristicDraftPolicy):
+        def next_lengths(self, lengths, active, num_drafted, num_accepted):
+            seen.append(num_drafted.clone())
+            return super().next_lengths(lengths, active, num_drafted, num_accepted)
+
+    input_ids, attention_mask = tiny_models.prompts(batch=4, seed=6)
+    policy = Recording(max_gamma=8, min_confidence=0.0)
+    target.generate(input_ids, attention_mask=attention_mask, max_new_tokens=24, drafter=close_drafter, gamma=policy)
+    assert any(len(set(step.tolist())) > 1 for step in seen)
+
+
+# Three tokens under temperature 0.7 / top-k 4 (at most 64 outcomes); N = 3000 rows in one batched
+# call (rows are independent); one seed per test.
+NUM_SAMPLES, TEMPERATURE, TOP_K = 3000, 0.7, 4
+CONFIDENCE = 0.3  # the drafter continues after 2 of its 4 possible first tokens (q = 0.44, 0.33, 0.12, 0.11)
+
+
+@pytest.fixture(scope="module")
+def prompt_and_joint(target):
+    prompt = tiny_models.prompts(batch=1, seed=7, max_len=8)[0]
+    return prompt, exact_joint(target, prompt, 3, TEMPERATURE, TOP_K)
+
+
+def _sample(target, prompt, drafter, gamma, seed=0):
+    stats = hf_specdec.SpeculativeStats()
+    out = target.generate(
+        prompt.repeat(NUM_SAMPLES, 1),
+        do_sample=True,
+        temperature=TEMPERATURE,
+        top_k=TOP_K,
+        max_new_tokens=3,
+        drafter=drafter,
+        gamma=gamma,
+        generator=torch.Generator().manual_seed(seed),
+        stats=stats,
+    )
+    return out[:, prompt.shape[1] :], stats
+
+
+SAMPLING_POLICIES = {
+    "auto": "auto",
+    "heuristic_from_1": HeuristicDraftPolicy(max_gamma=4, start_gamma=1, min_confidence=0.0),
+    "confidence_stop": DraftPolicy(max_gamma=3, min_confidence=CONFIDENCE),
+}
+
+
+@pytest.mark.parametrize("gamma", SAMPLING_POLICIES.values(), ids=SAMPLING_POLICIES.keys())
+def test_sampling_follows_the_target_joint_distribution(target, close_drafter, prompt_and_joint, gamma):
+    prompt, joint = prompt_and_joint
+    samples, stats = _sample(target, prompt, close_drafter, gamma)
+    assert int(stats.accepted.sum()) > 0.1 * NUM_SAMPLES
+    statistic, threshold = chi_square(samples, joint)
+    assert statistic < threshold, (statistic, threshold)
+
+
+class _DropDoubtfulDrafter(ModelDrafter):
+    """The wrong confidence stop (negative control): drops the doubtful token instead of verifying it,
+    so the drafts that reach verification follow q restricted to confident tokens, not q."""
+
+    def propose(self, ctx, num_tokens):
+        draft = super().propose(ctx, num_tokens)
+        last = (draft.num_drafted - 1).clamp_min(0)[:, None]  # [batch, 1]
+        confidence = draft.probs.gather(2, draft.tokens.clamp_min(0)[:, :, None]).squeeze(2).gather(1, last)
+        doubtful = (confidence.squeeze(1) < ctx.min_confidence) & (draft.num_drafted > 0)  # [batch]
+        draft.num_drafted = draft.num_drafted - doubtful.long()
+        return draft
+
+
+def test_negative_control_dropping_the_doubtful_token_fails(target, close_drafter, prompt_and_joint):
+    prompt, joint = prompt_and_joint
+    samples, _ = _sample(target, prompt, _DropDoubtfulDrafter(close_drafter), SAMPLING_POLICIES["confidence_stop"])
+    statistic, threshold = chi_square(samples, joint)
+    assert statistic > threshold, (statistic, threshold)
