@@ -5,7 +5,7 @@
 """
 
 from hf_specdec.dispatch import install, is_installed, uninstall
-from hf_specdec.drafters import Drafter, ModelDrafter
+from hf_specdec.drafters import Drafter, ModelDrafter, PromptLookupDrafter
 from hf_specdec.errors import (
     IncompatibleDrafterError,
     InvalidGammaError,
@@ -18,10 +18,11 @@ from hf_specdec.errors import (
     VocabMismatchError,
 )
 from hf_specdec.loop import SpeculativeDecoderOnlyOutput
+from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
 from hf_specdec.stats import SpeculativeStats
 
 
-def speculative_generate(target, drafter, input_ids=None, gamma: int = 4, **generate_kwargs):
+def speculative_generate(target, drafter, input_ids=None, gamma: int | str | DraftPolicy = 4, **generate_kwargs):
     """`target.generate(input_ids, drafter=drafter, gamma=gamma, **generate_kwargs)` without patching
     generate(): same arguments, same return value."""
     from hf_specdec.dispatch import generate_with_drafter
@@ -34,11 +35,14 @@ def speculative_generate(target, drafter, input_ids=None, gamma: int = 4, **gene
 install()
 
 __all__ = [
+    "DraftPolicy",
     "Drafter",
+    "HeuristicDraftPolicy",
     "IncompatibleDrafterError",
     "InvalidGammaError",
     "MaxLengthError",
     "ModelDrafter",
+    "PromptLookupDrafter",
     "SpecialTokenMismatchError",
     "SpeculativeDecoderOnlyOutput",
     "SpeculativeError",

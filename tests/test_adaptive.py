@@ -245,3 +245,13 @@ def test_negative_control_dropping_the_doubtful_token_fails(target, close_drafte
     samples, _ = _sample(target, prompt, _DropDoubtfulDrafter(close_drafter), SAMPLING_POLICIES["confidence_stop"])
     statistic, threshold = chi_square(samples, joint)
     assert statistic > threshold, (statistic, threshold)
+
+
+def test_public_api_takes_policies_and_prompt_lookup(target):
+    input_ids = target.generate(torch.tensor([[5, 6, 7, 8]]), do_sample=False, max_new_tokens=20)
+    policy = hf_specdec.HeuristicDraftPolicy(max_gamma=6, start_gamma=2)
+    drafter = hf_specdec.PromptLookupDrafter(max_ngram_size=2)
+    out = hf_specdec.speculative_generate(target, drafter, input_ids, gamma=policy, do_sample=False, max_new_tokens=12)
+    assert torch.equal(out, target.generate(input_ids, do_sample=False, max_new_tokens=12))
+    with pytest.raises(InvalidGammaError):
+        target.generate(input_ids, drafter=drafter, gamma="fast", max_new_tokens=4)

@@ -1,4 +1,4 @@
-"""What proposes tokens: a second model today; anything implementing `Drafter` tomorrow."""
+"""What proposes tokens: a second model, prompt lookup, or anything implementing `Drafter`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from transformers import PreTrainedModel
 
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter
 from hf_specdec.drafters.model import ModelDrafter
+from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter
 
-__all__ = ["Draft", "DraftContext", "Drafter", "ModelDrafter", "resolve_drafter"]
+__all__ = ["Draft", "DraftContext", "Drafter", "ModelDrafter", "PromptLookupDrafter", "resolve_drafter"]
 
 
 def resolve_drafter(drafter) -> Drafter:
@@ -20,8 +21,6 @@ def resolve_drafter(drafter) -> Drafter:
     if isinstance(drafter, PreTrainedModel):
         return ModelDrafter(drafter)
     if isinstance(drafter, str) and drafter == "prompt_lookup":
-        from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter
-
         return PromptLookupDrafter()
     if isinstance(drafter, (str, os.PathLike)):
         from hf_specdec.loading import load_drafter
