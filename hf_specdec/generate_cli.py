@@ -49,7 +49,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="drafter model directory or downloaded hub id sharing the target's tokenizer, or 'prompt_lookup' "
         "to draft by copying n-grams of the prompt (no second model)",
     )
-    parser.add_argument("--gamma", type=int, default=4, help="tokens drafted per verification step (default: 4)")
+    parser.add_argument(
+        "--gamma", type=_gamma, default=4,
+        help="tokens drafted per verification step, or 'auto' to adapt it per prompt to the acceptance (default: 4)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate per prompt (default: 128)")
     parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     parser.add_argument("--temperature", type=float, help="sampling temperature (with --sample)")
@@ -85,6 +88,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def _gamma(text: str) -> int | str:
+    if text == "auto" or text.isdigit():
+        return text if text == "auto" else int(text)
+    raise argparse.ArgumentTypeError(f"expected a positive int or 'auto', got {text!r}")
+
+
 def _read_prompts(args: argparse.Namespace, parser_error) -> list[str]:
     prompts = []
     for prompt in args.prompts:
@@ -108,7 +117,7 @@ def _check_args(args: argparse.Namespace, parser_error) -> None:
         parser_error("--temperature, --top-k, --top-p and --seed apply only with --sample; add --sample")
     for name in ("gamma", "max_new_tokens", "batch_size", "threads"):
         value = getattr(args, name)
-        if value is not None and value < 1:
+        if isinstance(value, int) and value < 1:
             parser_error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.stream and (args.batch_size != 1 or args.jsonl):
         parser_error("--stream prints one prompt at a time as plain text; drop --batch-size or --jsonl")

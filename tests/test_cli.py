@@ -89,6 +89,11 @@ def test_int8_target_and_drafter(checkpoints, tokenizer, capsys):
     assert capsys.readouterr().out.splitlines() == [_expected(quantized, tokenizer, p) for p in PROMPTS[:2]]
 
 
+def test_adaptive_gamma(checkpoints, target, tokenizer, capsys):
+    assert main(_args(checkpoints, "--gamma", "auto", *PROMPTS[:2])) == 0
+    assert capsys.readouterr().out.splitlines() == [_expected(target, tokenizer, p) for p in PROMPTS[:2]]
+
+
 def test_prompt_lookup_drafter(checkpoints, target, tokenizer, capsys):
     pytest.importorskip("hf_specdec.drafters.prompt_lookup")
     args = _args(checkpoints, PROMPTS[0])
