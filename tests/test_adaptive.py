@@ -195,14 +195,14 @@ def prompt_and_joint(target):
     return prompt, exact_joint(target, prompt, 3, TEMPERATURE, TOP_K)
 
 
-def _sample(target, prompt, drafter, gamma, seed=0):
+def _sample(target, prompt, drafter, gamma, seed=0, num_tokens=3, top_k=TOP_K):
     stats = hf_specdec.SpeculativeStats()
     out = target.generate(
         prompt.repeat(NUM_SAMPLES, 1),
         do_sample=True,
         temperature=TEMPERATURE,
-        top_k=TOP_K,
-        max_new_tokens=3,
+        top_k=top_k,
+        max_new_tokens=num_tokens,
         drafter=drafter,
         gamma=gamma,
         generator=torch.Generator().manual_seed(seed),
@@ -223,6 +223,18 @@ def test_sampling_follows_the_target_joint_distribution(target, close_drafter, p
     prompt, joint = prompt_and_joint
     samples, stats = _sample(target, prompt, close_drafter, gamma)
     assert int(stats.accepted.sum()) > 0.1 * NUM_SAMPLES
+    statistic, threshold = chi_square(samples, joint)
+    assert statistic < threshold, (statistic, threshold)
+
+
+def test_sampling_follows_the_target_while_the_schedule_moves(target, close_drafter):
+    """Six tokens under top-k 2 (at most 64 outcomes): long enough for rows to grow and shrink their
+    draft lengths (1 -> 3 -> 2 ...) inside the sampled window."""
+    prompt = tiny_models.prompts(batch=1, seed=7, max_len=8)[0]
+    joint = exact_joint(target, prompt, 6, TEMPERATURE, 2)
+    policy = HeuristicDraftPolicy(max_gamma=4, start_gamma=1, min_confidence=0.0)
+    samples, stats = _sample(target, prompt, close_drafter, policy, num_tokens=6, top_k=2)
+    assert int(stats.histogram[2:].sum()) > 0.1 * NUM_SAMPLES  # lengths did grow past the start
     statistic, threshold = chi_square(samples, joint)
     assert statistic < threshold, (statistic, threshold)
 
