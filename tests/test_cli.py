@@ -9,11 +9,10 @@ import sys
 import pytest
 import torch
 
-import tiny_models
+import _tiny
 from hf_specdec.cli import main
 from hf_specdec.loading import load_model
 
-CHAT_TEMPLATE = "{% for m in messages %}w3 {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w4 {% endif %}"
 PROMPTS = ["w5 w6 w7", "w9", "w10 w11 w12 w13", "w20 w21"]
 MAX_NEW = 8
 ENTRY_POINT = os.path.join(os.path.dirname(sys.executable), "hf-specdec")
@@ -22,8 +21,7 @@ ENTRY_POINT = os.path.join(os.path.dirname(sys.executable), "hf-specdec")
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory, target, partial_drafter):
     root = tmp_path_factory.mktemp("cli")
-    tokenizer = tiny_models.tokenizer()
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer = _tiny.chat_tokenizer()
     for name, model in (("target", target), ("drafter", partial_drafter)):
         model.save_pretrained(root / name)
         tokenizer.save_pretrained(root / name)
@@ -77,9 +75,8 @@ def test_help_documents_every_option(capsys):
 
 def test_chat_jsonl(checkpoints, target, capsys):
     assert main(_args(checkpoints, "--chat", "--jsonl", *PROMPTS[:2])) == 0
-    tokenizer = tiny_models.tokenizer()
-    tokenizer.chat_template = CHAT_TEMPLATE
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    tokenizer = _tiny.chat_tokenizer()
     assert rows == [{"prompt": p, "completion": _expected(target, tokenizer, p, chat=True)} for p in PROMPTS[:2]]
 
 

@@ -7,21 +7,17 @@ from transformers import pipeline
 
 import hf_specdec
 import hf_specdec.pipelines  # noqa: F401  (hands the pipeline's tokenizer to generate())
+import _tiny
 import tiny_models
 from hf_specdec.loading import CheckpointNotFoundError
 
 PROMPTS = ["w5 w6 w7", "w9", "w10 w11 w12 w13 w14", "w20 w21", "w30 w31 w32"]
-CHAT_TEMPLATE = (
-    "{% for m in messages %}w3 {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w4 {% endif %}"
-)
 GREEDY = {"max_new_tokens": 12, "do_sample": False, "return_tensors": True}
 
 
 @pytest.fixture(scope="module")
 def pipe(target):
-    tokenizer = tiny_models.tokenizer()
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return pipeline("text-generation", model=target, tokenizer=tokenizer)
+    return pipeline("text-generation", model=target, tokenizer=_tiny.chat_tokenizer())
 
 
 def _ids(outputs) -> list[list[int]]:
