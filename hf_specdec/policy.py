@@ -27,10 +27,12 @@ class DraftPolicy:
     Args:
         max_gamma: most tokens drafted per row and step (>= 1).
         min_confidence: confidence stop, in [0, 1]: a row stops drafting after a token its drafter gave
-            probability below this (llama.cpp's --draft-p-min, transformers'
-            assistant_confidence_threshold); rows stop independently, and the step's drafting ends when
-            every row has stopped or reached its length. 0 disables it. Only drafters that score their
-            proposals use it (`ModelDrafter`); prompt lookup ignores it.
+            probability below this, under generate()'s processors (temperature, top-k, ...), as
+            llama.cpp's --draft-p-min and transformers' assistant_confidence_threshold do; rows stop
+            independently, and the step's drafting ends when every row has stopped or reached its
+            length. The doubtful token is still verified (dropping it would bias sampling). 0 disables
+            the stop. Only drafters that score their proposals use it (`ModelDrafter`); prompt lookup
+            ignores it.
     """
 
     max_gamma: int = 4

@@ -41,19 +41,24 @@ class ModelDrafter(Drafter):
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
         batch = ctx.lens.shape[0]
         tokens = torch.full((batch, int(num_tokens.max())), -1, dtype=torch.long, device=ctx.lens.device)
-        probs = []  # [batch, vocab] per drafted column
+        probs = []  # sampling: [batch, vocab] per drafted column
         drafting = ctx.active.clone()  # [batch] rows the confidence stop has not stopped
         num_drafted = torch.zeros_like(num_tokens)  # [batch]
+        width = 0  # columns drafted so far
         for j in range(tokens.shape[1]):
             rows = drafting & (j < num_tokens)  # [batch] rows that want draft j + 1
             if not rows.any():
                 break
+            width = j + 1
             at = ctx.lens + j  # [batch] buffer index of draft j + 1
             logits = self.state.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
             scores = ctx.process(logits[:, 0, : ctx.vocab_size], at, rows)  # [batch, vocab]
             step_probs = scores.softmax(dim=-1) if ctx.do_sample or ctx.min_confidence > 0 else None
-            token = sample(step_probs, ctx.generator) if ctx.do_sample else scores.argmax(dim=-1)  # [batch]
-            probs.append(step_probs)
+            if ctx.do_sample:
+                probs.append(step_probs)
+                token = sample(step_probs, ctx.generator)  # [batch]
+            else:
+                token = scores.argmax(dim=-1)
             tokens[:, j] = torch.where(rows, token, -1)
             num_drafted += rows
             # Later drafts (and the target) read this draft from the shared buffer.
@@ -63,9 +68,9 @@ class ModelDrafter(Drafter):
                 # The doubtful token itself is still verified: dropping it would make the kept drafts
                 # follow q restricted to confident tokens, not the q that verification divides by.
                 drafting &= step_probs.gather(1, token[:, None]).squeeze(1) >= ctx.min_confidence
-        self.slack = len(probs) + 1
-        draft_probs = torch.stack(probs, dim=1) if ctx.do_sample and probs else None  # [batch, width, vocab]
-        return Draft(tokens=tokens[:, : len(probs)], num_drafted=num_drafted, probs=draft_probs)
+        self.slack = width + 1
+        draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
+        return Draft(tokens=tokens[:, :width], num_drafted=num_drafted, probs=draft_probs)
 
     def observe(self, num_valid: torch.Tensor) -> None:
         self.state.rollback(torch.minimum(self.state.num_cached, num_valid), slack=self.slack)
