@@ -7,16 +7,20 @@
 from hf_specdec.dispatch import install, is_installed, uninstall
 from hf_specdec.drafters import Drafter, ModelDrafter, PromptLookupDrafter
 from hf_specdec.errors import (
+    CheckpointNotFoundError,
     IncompatibleDrafterError,
     InvalidGammaError,
     MaxLengthError,
+    QuantizationBackendError,
     SpecialTokenMismatchError,
     SpeculativeError,
     TokenizerMismatchError,
     UnsupportedGenerationError,
+    UnknownQuantizationError,
     UnsupportedModelError,
     VocabMismatchError,
 )
+from hf_specdec.loading import load_drafter
 from hf_specdec.loop import SpeculativeDecoderOnlyOutput
 from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
 from hf_specdec.stats import SpeculativeStats
@@ -42,17 +46,20 @@ __all__ = [
     "InvalidGammaError",
     "MaxLengthError",
     "ModelDrafter",
+    "QuantizationBackendError",
     "PromptLookupDrafter",
     "SpecialTokenMismatchError",
     "SpeculativeDecoderOnlyOutput",
     "SpeculativeError",
     "SpeculativeStats",
     "TokenizerMismatchError",
+    "UnknownQuantizationError",
     "UnsupportedGenerationError",
     "UnsupportedModelError",
     "VocabMismatchError",
     "install",
     "is_installed",
+    "load_drafter",
     "speculative_generate",
     "uninstall",
 ]

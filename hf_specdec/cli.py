@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from hf_specdec import generate_cli
+from hf_specdec.distill import cli as distill_cli
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-specdec", description="Lossless speculative decoding for transformers.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in ("hf_specdec.generate_cli", "hf_specdec.distill.cli"):
-        try:
-            add_parser = __import__(module, fromlist=["add_parser"]).add_parser
-        except ImportError:
-            continue
-        add_parser(subparsers)
+    for module in (generate_cli, distill_cli):
+        module.add_parser(subparsers)
     return parser
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from transformers import GenerationMixin, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from hf_specdec import compat
+from hf_specdec import compat, pipelines
 from hf_specdec.drafters import resolve_drafter
 from hf_specdec.loop import speculative_decode
 
@@ -66,21 +66,23 @@ def _generate(self, *args, drafter=None, **kwargs):
 
 
 def install() -> None:
-    """Adds the `drafter=` keyword to every model's generate(). Idempotent."""
+    """Adds the `drafter=` keyword to every model's generate() and text-generation pipeline. Idempotent."""
     global _original_generate
     if _original_generate is not None:
         return
     _original_generate = GenerationMixin.generate
     GenerationMixin.generate = functools.wraps(_original_generate)(_generate)
+    pipelines.install()
 
 
 def uninstall() -> None:
-    """Restores transformers' own generate()."""
+    """Restores transformers' own generate() and pipelines."""
     global _original_generate
     if _original_generate is None:
         return
     GenerationMixin.generate = _original_generate
     _original_generate = None
+    pipelines.uninstall()
 
 
 def is_installed() -> bool:

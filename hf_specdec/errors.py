@@ -39,3 +39,15 @@ class UnsupportedGenerationError(SpeculativeError, NotImplementedError):
 
 class UnsupportedModelError(SpeculativeError, NotImplementedError):
     """A model or cache layout that the speculative loop cannot run (encoder-decoder, sliding window)."""
+
+
+class CheckpointNotFoundError(SpeculativeError, FileNotFoundError):
+    """A drafter (or the CLI's target) path that is neither a directory nor a downloaded hub model."""
+
+
+class UnknownQuantizationError(SpeculativeError, ValueError):
+    """A quantization name that hf_specdec does not know."""
+
+
+class QuantizationBackendError(SpeculativeError, ImportError):
+    """The package that implements the requested quantization is not installed or cannot run here."""

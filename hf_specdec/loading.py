@@ -15,22 +15,10 @@ import torch
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from hf_specdec.errors import SpeculativeError
+from hf_specdec.errors import CheckpointNotFoundError, QuantizationBackendError, UnknownQuantizationError
 
 #: quantization name -> (pip package, import name) of the backend that implements it.
 QUANTIZATIONS = {"int8": ("optimum-quanto", "optimum.quanto"), "int8-bnb": ("bitsandbytes", "bitsandbytes")}
-
-
-class CheckpointNotFoundError(SpeculativeError, FileNotFoundError):
-    """A drafter (or the CLI's target) path that is neither a directory nor a downloaded hub model."""
-
-
-class UnknownQuantizationError(SpeculativeError, ValueError):
-    """A quantization name that hf_specdec does not know."""
-
-
-class QuantizationBackendError(SpeculativeError, ImportError):
-    """The package that implements the requested quantization is not installed or cannot run here."""
 
 
 class _DropBitsAndBytesCastWarning(logging.Filter):

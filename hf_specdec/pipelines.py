@@ -55,6 +55,3 @@ def uninstall() -> None:
         return
     TextGenerationPipeline._sanitize_parameters = _original_sanitize_parameters
     _original_sanitize_parameters = None
-
-
-install()

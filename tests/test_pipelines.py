@@ -6,10 +6,9 @@ import torch
 from transformers import pipeline
 
 import hf_specdec
-import hf_specdec.pipelines  # noqa: F401  (hands the pipeline's tokenizer to generate())
 import _tiny
 import tiny_models
-from hf_specdec.loading import CheckpointNotFoundError
+from hf_specdec import CheckpointNotFoundError
 
 PROMPTS = ["w5 w6 w7", "w9", "w10 w11 w12 w13 w14", "w20 w21", "w30 w31 w32"]
 GREEDY = {"max_new_tokens": 12, "do_sample": False, "return_tensors": True}
