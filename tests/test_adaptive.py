@@ -8,7 +8,7 @@ import torch
 
 import hf_specdec
 import tiny_models
-from chi_square import chi_square, exact_joint
+from joint_util import exact_joint, joint_chi_square
 from hf_specdec.compat import check_gamma
 from hf_specdec.drafters.base import DraftContext
 from hf_specdec.drafters.model import ModelDrafter
@@ -223,7 +223,7 @@ def test_sampling_follows_the_target_joint_distribution(target, close_drafter, p
     prompt, joint = prompt_and_joint
     samples, stats = _sample(target, prompt, close_drafter, gamma)
     assert int(stats.accepted.sum()) > 0.1 * NUM_SAMPLES
-    statistic, threshold = chi_square(samples, joint)
+    statistic, threshold = joint_chi_square(samples, joint)
     assert statistic < threshold, (statistic, threshold)
 
 
@@ -235,7 +235,7 @@ def test_sampling_follows_the_target_while_the_schedule_moves(target, close_draf
     policy = HeuristicDraftPolicy(max_gamma=4, start_gamma=1, min_confidence=0.0)
     samples, stats = _sample(target, prompt, close_drafter, policy, num_tokens=6, top_k=2)
     assert int(stats.histogram[2:].sum()) > 0.1 * NUM_SAMPLES  # lengths did grow past the start
-    statistic, threshold = chi_square(samples, joint)
+    statistic, threshold = joint_chi_square(samples, joint)
     assert statistic < threshold, (statistic, threshold)
 
 
@@ -255,7 +255,7 @@ class _DropDoubtfulDrafter(ModelDrafter):
 def test_negative_control_dropping_the_doubtful_token_fails(target, close_drafter, prompt_and_joint):
     prompt, joint = prompt_and_joint
     samples, _ = _sample(target, prompt, _DropDoubtfulDrafter(close_drafter), SAMPLING_POLICIES["confidence_stop"])
-    statistic, threshold = chi_square(samples, joint)
+    statistic, threshold = joint_chi_square(samples, joint)
     assert statistic > threshold, (statistic, threshold)
 
 

@@ -5,7 +5,7 @@ import torch
 
 import hf_specdec
 import tiny_models
-from chi_square import chi_square, exact_joint
+from joint_util import exact_joint, joint_chi_square
 from hf_specdec import verify
 from hf_specdec.drafters.base import DraftContext
 from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter, lookup_ngram
@@ -155,7 +155,7 @@ def test_sampling_follows_the_target_joint_distribution(target, repetitive_promp
     joint = exact_joint(target, repetitive_prompt, 3, TEMPERATURE, TOP_K)
     samples, stats = _sample(target, repetitive_prompt, "prompt_lookup")
     assert int(stats.accepted.sum()) > 0.1 * NUM_SAMPLES  # drafts really were accepted
-    statistic, threshold = chi_square(samples, joint)
+    statistic, threshold = joint_chi_square(samples, joint)
     assert statistic < threshold, (statistic, threshold)
 
 
@@ -163,5 +163,5 @@ def test_negative_control_accepting_every_draft_fails(target, repetitive_prompt,
     monkeypatch.setattr("hf_specdec.loop.verify_stochastic", _accept_every_draft)
     joint = exact_joint(target, repetitive_prompt, 3, TEMPERATURE, TOP_K)
     samples, _ = _sample(target, repetitive_prompt, "prompt_lookup")
-    statistic, threshold = chi_square(samples, joint)
+    statistic, threshold = joint_chi_square(samples, joint)
     assert statistic > threshold, (statistic, threshold)

@@ -1,0 +1,46 @@
+"""Exact joint distributions of a target's first tokens, tested with stats_util's chi-square.
+
+The oracle is plain autoregressive sampling written out by enumeration: P(x1, ..., xn) is the product of
+the target's processed next-token distributions (temperature, then top-k, as generate() applies them),
+kept sparse over the top-k support so a full-size vocabulary stays cheap.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
+
+from stats_util import chi2_threshold, chi_square
+
+
+@torch.no_grad()
+def exact_joint(
+    model, prompt: torch.Tensor, num_tokens: int, temperature: float, top_k: int
+) -> dict[tuple[int, ...], float]:
+    """{(x1, ..., xn): probability} over every continuation of `prompt` ([1, length]) with nonzero mass."""
+    processors = LogitsProcessorList([TemperatureLogitsWarper(temperature), TopKLogitsWarper(top_k)])
+    joint = {(): 1.0}
+    for _ in range(num_tokens):
+        prefixes = list(joint)
+        continuations = torch.tensor(prefixes, dtype=torch.long).reshape(len(prefixes), -1)  # [prefixes, step]
+        inputs = torch.cat([prompt.repeat(len(prefixes), 1), continuations], dim=1)
+        logits = model(inputs).logits[:, -1].float()  # [prefixes, vocab]
+        probs = processors(inputs, logits).softmax(dim=-1).double()
+        joint = {
+            prefix + (token,): joint[prefix] * float(probs[i, token])
+            for i, prefix in enumerate(prefixes)
+            for token in probs[i].nonzero().squeeze(1).tolist()
+        }
+    return joint
+
+
+def joint_chi_square(samples: torch.Tensor, joint: dict[tuple[int, ...], float]) -> tuple[float, float]:
+    """Goodness of fit of `samples` ([num_samples, n] token rows) to `joint`: (statistic, threshold at the
+    0.999 quantile, Wilson-Hilferty). A sample outside the support makes the statistic inf."""
+    cells = {cell: index for index, cell in enumerate(joint)}
+    observed = torch.zeros(len(cells) + 1)  # the last cell: everything outside the support
+    for row in samples.tolist():
+        observed[cells.get(tuple(row), len(cells))] += 1
+    expected_probs = torch.tensor([*joint.values(), 0.0], dtype=torch.float64)
+    statistic, df = chi_square(observed, expected_probs)
+    return statistic, chi2_threshold(max(df, 1))
