@@ -47,8 +47,8 @@ class PromptLookupDrafter(Drafter):
 
     Args:
         max_ngram_size: longest n-gram to match; shorter ones are tried down to 1.
-        num_pred_tokens: most tokens proposed per step; None proposes as many as the loop asks for
-            (gamma, or the draft policy's per-row length).
+        num_pred_tokens: most tokens proposed per step, on top of the loop's own cap (gamma, or the
+            draft policy's per-row length); None proposes as many as the loop asks for.
     """
 
     def __init__(self, max_ngram_size: int = 3, num_pred_tokens: int | None = None):
