@@ -75,6 +75,7 @@ def build_drafter(
     num_layers: int = 2,
     init_layers: Sequence[int] | None = None,
     intermediate_size: int | None = None,
+    num_heads: int | None = None,
     vocab_subset: Sequence[int] | None = None,
     seed: int = 0,
 ) -> LlamaForCausalLM:
@@ -85,7 +86,9 @@ def build_drafter(
         num_layers: decoder layers (ignored when ``init_layers`` is given).
         init_layers: target layer indices to project into the drafter as its layers, in order.
             Their attention heads and MLP width are kept, only the residual side is projected.
-        intermediate_size: MLP width of randomly initialised layers (default: the target's).
+        intermediate_size: MLP width of randomly initialised layers (default: 3 x hidden_size).
+        num_heads: attention heads of randomly initialised layers (default: the most heads of at
+            least 32 dimensions that divide hidden_size).
         vocab_subset: token ids of a reduced head (see module docstring).
 
     Returns:
@@ -94,18 +97,27 @@ def build_drafter(
     torch.manual_seed(seed)
     tcfg = target.config
     target_hidden = tcfg.hidden_size
-    head_dim = getattr(tcfg, "head_dim", None) or target_hidden // tcfg.num_attention_heads
     if init_layers is not None:
+        # Projected layers keep the target's heads and MLP width, only the residual side shrinks.
         num_layers = len(init_layers)
         intermediate_size = tcfg.intermediate_size
+        num_heads = tcfg.num_attention_heads
+        num_kv_heads = getattr(tcfg, "num_key_value_heads", num_heads)
+        head_dim = getattr(tcfg, "head_dim", None) or target_hidden // num_heads
+    else:
+        intermediate_size = intermediate_size or 3 * hidden_size
+        if num_heads is None:
+            num_heads = max(h for h in range(1, hidden_size + 1) if hidden_size % h == 0 and hidden_size // h >= 32)
+        num_kv_heads = num_heads
+        head_dim = hidden_size // num_heads
     rope = getattr(tcfg, "rope_parameters", None)
     config = LlamaConfig(
         vocab_size=tcfg.vocab_size,
         hidden_size=hidden_size,
-        intermediate_size=intermediate_size or tcfg.intermediate_size,
+        intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=tcfg.num_attention_heads,
-        num_key_value_heads=getattr(tcfg, "num_key_value_heads", tcfg.num_attention_heads),
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
         head_dim=head_dim,
         hidden_act=getattr(tcfg, "hidden_act", "silu"),
         max_position_embeddings=tcfg.max_position_embeddings,
@@ -126,7 +138,11 @@ def build_drafter(
     embedding = target.get_input_embeddings().weight.detach().float()  # [vocab, target_hidden]
     basis = _pca_basis(embedding, hidden_size)  # [target_hidden, hidden_size]
     with torch.no_grad():
-        drafter.get_input_embeddings().weight.copy_(embedding @ basis)
+        projected = embedding @ basis  # [vocab, hidden_size]
+        drafter.get_input_embeddings().weight.copy_(projected)
+        # A unit-RMS final hidden state dotted with these rows gives logits of std ~ row norm; start
+        # the random drafter at std ~1 rather than spending its first steps shrinking them.
+        drafter.model.norm.weight.fill_(1.0 / projected.norm(dim=-1).pow(2).mean().sqrt().item())
         if init_layers is not None:
             # RMSNorm over fewer dimensions sees a larger mean square; this keeps the scale.
             norm_scale = math.sqrt(target_hidden / hidden_size)

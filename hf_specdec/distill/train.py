@@ -38,6 +38,7 @@ def train_drafter(
     soft_weight: float = 1.0,
     hard_weight: float = 0.1,
     max_minutes: float | None = None,
+    autocast_dtype: torch.dtype | None = torch.bfloat16,
     seed: int = 0,
     progress: bool = True,
 ) -> list[float]:
@@ -50,6 +51,8 @@ def train_drafter(
             the tokens the drafter's head can emit.
         hard_weight: weight of cross-entropy to the actual next token (skipped outside the head).
         max_minutes: stop early when training has run this long (the schedule is not rescaled).
+        autocast_dtype: matmul dtype under autocast (bf16 is ~2-3x faster than fp32 on CPUs
+            with AVX512-BF16); None trains in fp32. Weights and optimizer state stay fp32.
     """
     if soft_weight > 0 and teacher is None:
         raise ValueError("soft_weight > 0 needs the teacher's top-k logits (compute_topk)")
@@ -63,7 +66,11 @@ def train_drafter(
     usable = [i for i, r in enumerate(records) if r.response_len > 0]
 
     drafter.train()
-    optimizer = torch.optim.AdamW(drafter.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    # fused: one pass over each parameter instead of ~10; the tied embedding dominates the count.
+    fused = next(drafter.parameters()).device.type in ("cpu", "cuda")
+    optimizer = torch.optim.AdamW(
+        drafter.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98), fused=fused or None
+    )
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(step / steps, 1.0))),
@@ -85,9 +92,12 @@ def train_drafter(
             rows += [row] * record.response_len
             cols += range(record.prompt_len - 1, n)
             flat += range(offsets[i], offsets[i + 1])
-        hidden = drafter.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        hidden = hidden[torch.tensor(rows), torch.tensor(cols)]  # [positions, hidden]
-        log_probs = F.log_softmax(head_logits(drafter, hidden, full_width=False), dim=-1)
+        device_type = input_ids.device.type
+        with torch.autocast(device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            hidden = drafter.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = hidden[torch.tensor(rows), torch.tensor(cols)]  # [positions, hidden]
+            logits = head_logits(drafter, hidden, full_width=False)
+        log_probs = F.log_softmax(logits.float(), dim=-1)
 
         loss = hidden.new_zeros(())
         if hard_weight > 0:
