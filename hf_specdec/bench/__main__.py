@@ -1,0 +1,81 @@
+"""`python -m hf_specdec.bench`: the benchmark on SmolLM2-135M-Instruct and its drafter."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from hf_specdec.bench.models import DEFAULT_DRAFTER
+from hf_specdec.bench.runner import MODES
+from hf_specdec.bench.sections import SECTIONS
+
+#: --quick: a smoke run of every section in a few minutes on 2 cores; explicit options still win.
+QUICK = {
+    "max_new_tokens": 16, "num_prompts": 2, "gammas": (1, 2, 4), "batch_sizes": (1, 2), "lookup_batch_sizes": (1, 2),
+}
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(","))
+
+
+def _names(choices):
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(part.strip() for part in text.split(",") if part.strip())
+        unknown = [name for name in names if name not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {unknown}; choose from {', '.join(choices)}")
+        return names
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hf_specdec.bench",
+        description="hf_specdec vs plain generate() and transformers' assisted generation on SmolLM2-135M-Instruct.",
+    )
+    parser.add_argument("--sections", type=_names(list(SECTIONS)), help=f"comma list of {', '.join(SECTIONS)} (all)")
+    parser.add_argument("--modes", type=_names(MODES), help="comma list of greedy, sampled (both)")
+    parser.add_argument("--max-new-tokens", type=int, help="tokens generated per prompt (128)")
+    parser.add_argument("--num-prompts", type=int, help="prompts per prompt set (16 chat; grounded has 12)")
+    parser.add_argument("--gammas", type=_ints, help="gamma sweep, comma list (1,...,8)")
+    parser.add_argument("--batch-sizes", type=_ints, help="batch sizes of the batch section (1,4,8)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (all CPUs)")
+    parser.add_argument("--repeats", type=int, help="timed repeats per measurement, median kept (1)")
+    parser.add_argument("--drafter", default=DEFAULT_DRAFTER,
+                        help=f"drafter directory ({DEFAULT_DRAFTER}; a stand-in when it does not exist)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory (bench-results/)")
+    parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import transformers
+
+    from hf_specdec.bench import BenchConfig, run_bench
+    from hf_specdec.bench.models import load_pair
+
+    transformers.logging.set_verbosity_error()  # keep the progress bar readable
+    settings = dict(QUICK) if args.quick else {}
+    for name in ("sections", "modes", "max_new_tokens", "num_prompts", "gammas", "batch_sizes", "repeats"):
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    target, drafter, tokenizer, drafter_source = load_pair(args.drafter)
+    drafter_path = args.drafter if Path(args.drafter).is_dir() else None
+    config = BenchConfig(threads=args.threads, out=args.out, drafter_path=drafter_path, **settings)
+    results = run_bench(
+        target, drafter, tokenizer, config, "SmolLM2-135M-Instruct (fp32)", drafter_source, not args.no_progress
+    )
+    print((args.out / "results.md").read_text())
+    for goal in results["goals"]:
+        print(f"{'met ' if goal['met'] else 'MISS'} {goal['goal']} [{goal['mode']}]: {goal['value']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

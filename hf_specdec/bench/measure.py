@@ -1,0 +1,114 @@
+"""Timing primitives: tokens/s of a generate() callable over a prompt set, single-step costs, the bound.
+
+Contract: `time_generate` warms up, then times every batch of the same left-padded prompts with the
+same seeds, and counts generated tokens up to each row's first EOS; nothing here knows which method
+it times. `step_cost_ms` times one cached single-token forward; `leviathan_speedup` is the bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from hf_specdec.stats import SpeculativeStats
+
+#: generate(inputs, stats, **generate_kwargs) -> sequences; `stats` is a SpeculativeStats to fill or None.
+GenerateFn = Callable[..., torch.Tensor]
+
+
+@dataclass
+class Measurement:
+    """One method timed over one prompt set."""
+
+    tokens: int  # generated tokens, each row counted up to and including its first EOS
+    seconds: float  # wall time of the timed calls (median over repeats)
+    outputs: list[list[int]]  # per prompt, the generated tokens that were counted
+    stats: SpeculativeStats | None  # hf_specdec's counters, None for other methods
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def generated_tokens(sequences: torch.Tensor, prompt_len: int, eos_ids: set[int]) -> list[list[int]]:
+    """Each row's new tokens (sequences [rows, length]) up to and including its first EOS."""
+    rows = []
+    for row in sequences[:, prompt_len:].tolist():
+        end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
+        rows.append(row[:end])
+    return rows
+
+
+def time_generate(
+    generate: GenerateFn,
+    batches: list[dict[str, torch.Tensor]],
+    generate_kwargs: dict,
+    eos_ids: set[int],
+    *,
+    seed: int = 0,
+    repeats: int = 1,
+    warmup_tokens: int = 8,
+    collect_stats: bool = False,
+) -> Measurement:
+    """Times `generate` over `batches` after one short warm-up call on the first batch.
+
+    Batch i is generated with the global RNG seeded `seed + i`, so every method sees the same seeds.
+    Outputs and stats come from the first repeat; `seconds` is the median total over `repeats`.
+    """
+    warmup_kwargs = {**generate_kwargs, "max_new_tokens": min(warmup_tokens, generate_kwargs["max_new_tokens"])}
+    torch.manual_seed(seed)
+    generate(batches[0], None, **warmup_kwargs)
+
+    totals, outputs = [], []
+    stats = SpeculativeStats() if collect_stats else None
+    for repeat in range(repeats):
+        total = 0.0
+        for index, inputs in enumerate(batches):
+            torch.manual_seed(seed + index)
+            start = time.perf_counter()
+            sequences = generate(inputs, stats if repeat == 0 else None, **generate_kwargs)
+            total += time.perf_counter() - start
+            if repeat == 0:
+                outputs.extend(generated_tokens(sequences, inputs["input_ids"].shape[1], eos_ids))
+        totals.append(total)
+    return Measurement(
+        tokens=sum(len(row) for row in outputs), seconds=statistics.median(totals), outputs=outputs, stats=stats
+    )
+
+
+@torch.inference_mode()
+def step_cost_ms(model: PreTrainedModel, context: list[int], repeats: int = 20, warmup: int = 3) -> float:
+    """Median wall time (ms) of one single-token forward after `context`, with a warm cache.
+
+    A model whose config carries `hf_specdec_vocab_subset` is timed as hf_specdec runs it: the body
+    plus only the subset's rows of the LM head.
+    """
+    device = model.device
+    ids = torch.tensor([context], device=device)  # [1, context]
+    cache = DynamicCache(config=model.config)
+    model(input_ids=ids, past_key_values=cache, use_cache=True)
+    token = ids[:, -1:]  # [1, 1]
+    subset = getattr(model.config, "hf_specdec_vocab_subset", None)
+    head = None if subset is None else model.get_output_embeddings().weight[torch.tensor(subset, device=device)]
+    timings = []
+    for _ in range(warmup + repeats):
+        start = time.perf_counter()
+        if head is None:
+            model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        else:
+            hidden = model.base_model(input_ids=token, past_key_values=cache, use_cache=True).last_hidden_state
+            hidden[:, -1] @ head.T
+        timings.append(time.perf_counter() - start)
+        cache.crop(-1)  # every step sees the same context length
+    return statistics.median(timings[warmup:]) * 1e3
+
+
+def leviathan_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
+    """Expected walltime improvement (1 - a^(g+1)) / ((1 - a)(g c + 1)) of Leviathan et al. (2023), eq. 3."""
+    expected_tokens = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return expected_tokens / (gamma * cost_ratio + 1)

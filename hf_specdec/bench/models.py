@@ -1,0 +1,58 @@
+"""The benchmarked pair: SmolLM2-135M-Instruct and its drafter (the shipped one, a path, or a stand-in).
+
+Contract: `load_pair(drafter_path)` returns (target, drafter, tokenizer, drafter_source); when the
+drafter directory does not exist yet, the drafter is `stand_in_drafter(target)`, a truncated copy of
+the target (low but real acceptance), and `drafter_source` says so.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, LlamaForCausalLM, PreTrainedModel
+
+#: Where the distilled drafter for SmolLM2-135M-Instruct is shipped (relative to the repo root).
+DEFAULT_DRAFTER = "drafters/smollm2-135m-instruct"
+
+
+def stand_in_drafter(target: PreTrainedModel, num_layers: int = 2) -> PreTrainedModel:
+    """A Llama drafter made of the target's embeddings, first `num_layers` layers, final norm and head."""
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = num_layers
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = config.layer_types[:num_layers]
+    drafter = LlamaForCausalLM(config)
+    missing, unexpected = drafter.load_state_dict(target.state_dict(), strict=False)
+    # Layers past `num_layers` are unexpected by design; everything the drafter has must come from the target.
+    if set(missing) - {"lm_head.weight"}:
+        raise RuntimeError(f"stand-in drafter: weights missing from the target: {missing}")
+    drafter.tie_weights()
+    drafter.generation_config = copy.deepcopy(target.generation_config)
+    return drafter.eval()
+
+
+def load_drafter_model(path: str | Path, quantization: str | None = None) -> PreTrainedModel:
+    """The drafter at `path`, through `hf_specdec.loading.load_drafter` when it exists (it alone knows
+    quantization), else `from_pretrained`."""
+    try:
+        from hf_specdec.loading import load_drafter
+    except ImportError:
+        if quantization is not None:
+            raise
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if quantization is None:
+        return load_drafter(path)
+    return load_drafter(path, quantization=quantization)
+
+
+def load_pair(drafter_path: str | Path = DEFAULT_DRAFTER):
+    """(target, drafter, tokenizer, drafter_source) for the real benchmark."""
+    from hf_specdec.smollm2 import load_smollm2
+
+    target, tokenizer = load_smollm2(torch.float32)
+    if Path(drafter_path).is_dir():
+        return target, load_drafter_model(drafter_path), tokenizer, str(drafter_path)
+    source = f"stand-in: first 2 of the target's {target.config.num_hidden_layers} layers ({drafter_path} not found)"
+    return target, stand_in_drafter(target), tokenizer, source

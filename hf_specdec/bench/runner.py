@@ -1,0 +1,193 @@
+"""The benchmark session: models, prompt sets, the methods compared, and a memo of measurements.
+
+Contract: `Bench.run(method, ...)` times one method (a `Method`: a label plus a generate callable) on
+one prompt set at one batch size and decoding mode, at most once per session: sections that need the
+same measurement (the batch-1 plain baseline, the sweep's best gamma) share it, and every method sees
+the same prompts, seeds and generate() arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import GenerationConfig, PreTrainedModel
+
+from hf_specdec.bench import prompts as prompt_sets
+from hf_specdec.bench.measure import GenerateFn, Measurement, step_cost_ms, time_generate
+
+MODES = ("greedy", "sampled")
+
+
+@dataclass
+class BenchConfig:
+    sections: tuple[str, ...] = ("plain", "gamma", "hf", "batch", "bound", "int8", "policy", "lookup")
+    modes: tuple[str, ...] = MODES
+    max_new_tokens: int = 128
+    num_prompts: int = 16
+    gammas: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
+    batch_sizes: tuple[int, ...] = (1, 4, 8)
+    lookup_batch_sizes: tuple[int, ...] = (1, 4)
+    lookup_tokens: int = 10  # drafts per step for both prompt-lookup implementations
+    gamma: int = 4  # used where the best gamma is needed but the sweep did not run
+    temperature: float = 0.7
+    threads: int = 2
+    repeats: int = 1
+    seed: int = 0
+    drafter_path: str | None = None  # on disk, for sections that reload the drafter (int8)
+    out: Path = field(default_factory=lambda: Path("bench-results"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: str(value) if isinstance(value, Path) else value for name, value in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Method:
+    """A named way to generate: `key` identifies it in the memo, `generate` runs it."""
+
+    key: tuple
+    generate: GenerateFn = field(compare=False)
+
+
+@contextlib.contextmanager
+def _overridden(config: GenerationConfig, settings: dict[str, Any]):
+    """Sets attributes of a generation config and restores them, even on error."""
+    saved = {name: getattr(config, name, None) for name in settings}
+    try:
+        for name, value in settings.items():
+            setattr(config, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
+class Bench:
+    """One benchmark session over a target, its drafter and a tokenizer."""
+
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        drafter: PreTrainedModel,
+        tokenizer,
+        config: BenchConfig,
+        progress=None,
+    ):
+        self.target, self.drafter, self.tokenizer, self.config = target, drafter, tokenizer, config
+        self.progress = progress  # anything with update(n) and set_postfix_str(s), e.g. tqdm
+        eos = target.generation_config.eos_token_id
+        self.eos_ids = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])} if eos is not None else set()
+        pad = target.generation_config.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else min(self.eos_ids, default=0))
+        self.prompt_ids = {
+            "chat": prompt_sets.encode(tokenizer, prompt_sets.CHAT_PROMPTS[: config.num_prompts]),
+            "grounded": prompt_sets.encode(tokenizer, prompt_sets.grounded_prompts()[: config.num_prompts]),
+        }
+        self.memo: dict[tuple, Measurement] = {}
+        self.step_costs: dict[str, float] = {}  # ms of one cached single-token forward, by model name
+        self.best_gamma: dict[str, int] = {}  # per mode, set by the gamma sweep
+
+    # Methods ------------------------------------------------------------------------------------
+
+    def plain(self) -> Method:
+        def generate(inputs, stats, **kwargs):
+            return self.target.generate(**inputs, **kwargs)
+
+        return Method(("plain",), generate)
+
+    def specdec(self, gamma: int | str, drafter: Any = None, label: str = "drafter") -> Method:
+        """hf_specdec with `drafter` (the session's drafter by default) and `gamma` (an int or a policy)."""
+        drafter = self.drafter if drafter is None else drafter
+
+        def generate(inputs, stats, **kwargs):
+            extra = {} if stats is None else {"stats": stats}
+            return self.target.generate(**inputs, drafter=drafter, gamma=gamma, **extra, **kwargs)
+
+        return Method(("hf_specdec", label, gamma), generate)
+
+    def hf_assisted(self, **assistant_settings) -> Method:
+        """transformers' assisted generation with the session's drafter; `assistant_settings` are set on
+        the assistant's generation config (where transformers reads num_assistant_tokens) for the call."""
+
+        def generate(inputs, stats, **kwargs):
+            with _overridden(self.drafter.generation_config, assistant_settings):
+                return self.target.generate(**inputs, assistant_model=self.drafter, **kwargs)
+
+        return Method(("hf_assisted", tuple(sorted(assistant_settings.items()))), generate)
+
+    def hf_prompt_lookup(self, num_tokens: int) -> Method:
+        def generate(inputs, stats, **kwargs):
+            return self.target.generate(**inputs, prompt_lookup_num_tokens=num_tokens, **kwargs)
+
+        return Method(("hf_prompt_lookup", num_tokens), generate)
+
+    # Measuring ----------------------------------------------------------------------------------
+
+    def generate_kwargs(self, mode: str) -> dict[str, Any]:
+        kwargs = {"max_new_tokens": self.config.max_new_tokens, "pad_token_id": self.pad_token_id}
+        if mode == "greedy":
+            return {**kwargs, "do_sample": False}
+        # Pure temperature sampling: transformers would otherwise add its default top_k=50.
+        return {**kwargs, "do_sample": True, "temperature": self.config.temperature, "top_k": 0, "top_p": 1.0}
+
+    def run(self, method: Method, mode: str, batch_size: int = 1, prompts: str = "chat") -> Measurement:
+        """`method` timed on the prompt set `prompts` at `batch_size` in `mode` (memoized)."""
+        key = (method.key, mode, batch_size, prompts)
+        if key not in self.memo:
+            if self.progress is not None:
+                self.progress.set_postfix_str(f"{'/'.join(map(str, method.key))} {mode} b={batch_size} {prompts}")
+            batches = prompt_sets.batches(self.prompt_ids[prompts], batch_size, self.pad_token_id)
+            self.memo[key] = time_generate(
+                method.generate,
+                batches,
+                self.generate_kwargs(mode),
+                self.eos_ids,
+                seed=self.config.seed,
+                repeats=self.config.repeats,
+                collect_stats=method.key[0] == "hf_specdec",
+            )
+            self._tick()
+        return self.memo[key]
+
+    def step_cost(self, name: str, model: PreTrainedModel) -> float:
+        """`step_cost_ms` of `model` after the first chat prompt, memoized under `name`."""
+        if name not in self.step_costs:
+            self.step_costs[name] = step_cost_ms(model, self.prompt_ids["chat"][0])
+            self._tick()
+        return self.step_costs[name]
+
+    def _tick(self) -> None:
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def row(
+        self, method: Method, mode: str, batch_size: int = 1, prompts: str = "chat", /, **labels
+    ) -> dict[str, Any]:
+        """A result row: the measurement, its speedup over plain generate() on the same prompts, batch
+        size and mode, and (greedy) how many outputs equal plain greedy's."""
+        measured = self.run(method, mode, batch_size, prompts)
+        baseline = self.run(self.plain(), mode, batch_size, prompts)
+        row = {**labels, "mode": mode, "batch_size": batch_size, "prompts": prompts}
+        row.update(
+            tokens=measured.tokens,
+            seconds=round(measured.seconds, 4),
+            tokens_per_s=round(measured.tokens_per_s, 3),
+            speedup=round(measured.tokens_per_s / baseline.tokens_per_s, 4) if baseline.tokens_per_s else None,
+        )
+        if measured.stats is not None:
+            row.update(
+                acceptance_rate=round(measured.stats.acceptance_rate, 4),
+                tokens_per_step=round(measured.stats.tokens_per_step, 4),
+            )
+        if mode == "greedy":
+            row.update(
+                exact_rows=sum(a == b for a, b in zip(measured.outputs, baseline.outputs)),
+                num_rows=len(measured.outputs),
+            )
+        return row
+
+    def gamma_for(self, mode: str) -> int:
+        """The sweep's fastest gamma for `mode`, or the configured gamma when the sweep did not run."""
+        return self.best_gamma.get(mode, self.config.gamma)

@@ -1,0 +1,222 @@
+"""The benchmark's sections, in run order; each returns `{"rows": [...], "notes": [...]}` or `{"skipped": why}`.
+
+Contract: a section measures only through `Bench` (so shared measurements are timed once);
+`SECTIONS[name].new_runs(config)` estimates what it adds, for the progress bar. Sections
+that need an API another change adds (int8 loading, gamma policies, prompt lookup) skip with a note
+while it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from transformers import GenerationConfig
+
+from hf_specdec.bench.measure import leviathan_speedup
+from hf_specdec.bench.runner import Bench, BenchConfig
+
+Result = dict[str, Any]
+
+
+def plain(bench: Bench) -> Result:
+    """1. Plain target generate() at batch 1."""
+    return {"rows": [bench.row(bench.plain(), mode, method="plain") for mode in bench.config.modes]}
+
+
+def gamma(bench: Bench) -> Result:
+    """3. hf_specdec at every gamma of the sweep, batch 1; sets `bench.best_gamma`."""
+    rows = []
+    for mode in bench.config.modes:
+        sweep = [bench.row(bench.specdec(g), mode, method="hf_specdec", gamma=g) for g in bench.config.gammas]
+        bench.best_gamma[mode] = max(sweep, key=lambda row: row["tokens_per_s"])["gamma"]
+        rows += sweep
+    return {"rows": rows, "best_gamma": dict(bench.best_gamma)}
+
+
+def hf(bench: Bench) -> Result:
+    """2. transformers' assisted generation with the same drafter, at its defaults and at our best gamma."""
+    defaults = GenerationConfig._get_default_generation_params()
+    effective = {
+        name: getattr(bench.drafter.generation_config, name, None) or defaults.get(name)
+        for name in ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    }
+    rows = []
+    for mode in bench.config.modes:
+        best = bench.gamma_for(mode)
+        constant = bench.hf_assisted(num_assistant_tokens=best, num_assistant_tokens_schedule="constant")
+        ours = bench.row(bench.specdec(best), mode, method="hf_specdec", gamma=best)
+        for method, label, gamma_label in (
+            (bench.hf_assisted(), "hf_assisted (defaults)", effective["num_assistant_tokens"]),
+            (constant, "hf_assisted (constant)", best),
+        ):
+            row = bench.row(method, mode, method=label, gamma=gamma_label)
+            row["ours_vs_this"] = round(ours["tokens_per_s"] / row["tokens_per_s"], 4)
+            rows.append(row)
+        rows.append(ours)
+    notes = [
+        f"transformers' assistant defaults in effect: {effective}; the constant rows set num_assistant_tokens "
+        "and num_assistant_tokens_schedule='constant' on the assistant's generation_config (where transformers "
+        "reads them) and keep its assistant_confidence_threshold.",
+        "transformers' assisted generation refuses batch > 1, so it appears at batch 1 only.",
+    ]
+    if getattr(bench.drafter.config, "hf_specdec_vocab_subset", None) is not None:
+        notes.append(
+            "The drafter has a reduced vocabulary head: hf_specdec scores only its subset, transformers "
+            "computes (and samples from) the full head."
+        )
+    return {"rows": rows, "notes": notes, "assistant_defaults": effective}
+
+
+def batch(bench: Bench) -> Result:
+    """4. hf_specdec at the best gamma against plain generate() at each batch size."""
+    rows = []
+    for mode in bench.config.modes:
+        best = bench.gamma_for(mode)
+        for size in bench.config.batch_sizes:
+            row = bench.row(bench.specdec(best), mode, size, method="hf_specdec", gamma=best)
+            row["plain_tokens_per_s"] = round(bench.run(bench.plain(), mode, size).tokens_per_s, 3)
+            rows.append(row)
+    return {"rows": rows, "notes": ["Prompts are left-padded within each batch; speedup is over plain generate() "
+                                    "at the same batch size. transformers' assisted generation cannot run here."]}
+
+
+def bound(bench: Bench) -> Result:
+    """5. The Leviathan bound from measured alpha and cost ratio, and our speedup as a fraction of it."""
+    target_ms = bench.step_cost("target", bench.target)
+    drafter_ms = bench.step_cost("drafter", bench.drafter)
+    cost_ratio = drafter_ms / target_ms
+    rows = []
+    for mode in bench.config.modes:
+        for g in bench.config.gammas:
+            row = bench.row(bench.specdec(g), mode, method="hf_specdec", gamma=g)
+            row["bound"] = round(leviathan_speedup(row["acceptance_rate"], g, cost_ratio), 4)
+            row["fraction_of_bound"] = round(row["speedup"] / row["bound"], 4)
+            rows.append(row)
+    return {
+        "rows": rows,
+        "target_step_ms": round(target_ms, 4),
+        "drafter_step_ms": round(drafter_ms, 4),
+        "cost_ratio": round(cost_ratio, 4),
+        "notes": [
+            "bound = (1 - a^(g+1)) / ((1 - a)(g c + 1)); a = measured acceptance rate, c = drafter step / target "
+            "step, each the median of 20 single-token forwards with a warm cache after the first chat prompt "
+            f"({len(bench.prompt_ids['chat'][0])} tokens)."
+        ],
+    }
+
+
+def _load_drafter_api():
+    from hf_specdec.loading import load_drafter
+
+    if "quantization" not in inspect.signature(load_drafter).parameters:
+        raise ImportError("hf_specdec.loading.load_drafter has no `quantization` argument yet")
+    return load_drafter
+
+
+def int8(bench: Bench) -> Result:
+    """(a) The int8 drafter against the fp32 one: step cost, acceptance and speed at the best gamma."""
+    try:
+        load_drafter = _load_drafter_api()
+    except ImportError as error:
+        return {"skipped": f"hf_specdec.loading.load_drafter(path, quantization='int8') is not available ({error})."}
+    with tempfile.TemporaryDirectory() as scratch:
+        path = bench.config.drafter_path
+        if path is None:  # an in-memory drafter (the stand-in) goes through the same loader from disk
+            bench.drafter.save_pretrained(scratch)
+            path = scratch
+        quantized = load_drafter(path, quantization="int8")
+    target_ms = bench.step_cost("target", bench.target)
+    rows = []
+    for mode in bench.config.modes:
+        best = bench.gamma_for(mode)
+        for label, model in (("drafter", bench.drafter), ("int8", quantized)):
+            cost = bench.step_cost(label, model)
+            row = bench.row(bench.specdec(best, model, label), mode, method=f"hf_specdec ({label})", gamma=best)
+            row.update(drafter_step_ms=round(cost, 4), cost_ratio=round(cost / target_ms, 4))
+            rows.append(row)
+    return {"rows": rows, "target_step_ms": round(target_ms, 4)}
+
+
+def policy_variants(best: int) -> dict[str, Any]:
+    """Labelled `gamma=` values to compare with the best fixed gamma `best` (hf_specdec.policy)."""
+    from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
+
+    return {
+        "auto": "auto",
+        f"DraftPolicy(max_gamma={best}, min_confidence=0.4)": DraftPolicy(max_gamma=best, min_confidence=0.4),
+        "HeuristicDraftPolicy(min_confidence=0)": HeuristicDraftPolicy(min_confidence=0.0),
+    }
+
+
+def policy(bench: Bench) -> Result:
+    """(b) Adaptive gamma policies against the best fixed gamma, batch 1."""
+    rows = []
+    for mode in bench.config.modes:
+        best = bench.gamma_for(mode)
+        try:
+            variants = policy_variants(best)
+        except ImportError as error:
+            return {"skipped": f"hf_specdec.policy is not available ({error})."}
+        fixed = bench.row(bench.specdec(best), mode, method="hf_specdec", gamma=best)
+        rows.append(fixed)
+        for label, value in variants.items():
+            row = bench.row(bench.specdec(value), mode, method="hf_specdec", gamma=label)
+            row["vs_best_fixed"] = round(row["tokens_per_s"] / fixed["tokens_per_s"], 4)
+            rows.append(row)
+    from hf_specdec.policy import HeuristicDraftPolicy
+
+    return {"rows": rows, "notes": [f"gamma='auto' is {HeuristicDraftPolicy()!r}."]}
+
+
+def lookup(bench: Bench) -> Result:
+    """(c) Prompt lookup on input-grounded and chat prompts, against plain generate() and transformers'."""
+    try:
+        importlib.import_module("hf_specdec.drafters.prompt_lookup")
+    except ImportError as error:
+        return {"skipped": f"drafter='prompt_lookup' is not available ({error})."}
+    tokens = bench.config.lookup_tokens
+    rows = []
+    for prompts in ("grounded", "chat"):
+        for mode in bench.config.modes:
+            for size in bench.config.lookup_batch_sizes:
+                ours = bench.specdec(tokens, "prompt_lookup", "prompt_lookup")
+                rows.append(bench.row(ours, mode, size, prompts, method="hf_specdec prompt_lookup", gamma=tokens))
+                if size == 1:
+                    theirs = bench.hf_prompt_lookup(tokens)
+                    rows.append(bench.row(theirs, mode, size, prompts, method="hf prompt_lookup", gamma=tokens))
+    return {
+        "rows": rows,
+        "notes": [
+            f"Both implementations draft up to {tokens} tokens per step. 'grounded' prompts summarise, rewrite or "
+            "extract from a passage of about 300 tokens; 'chat' prompts are open-ended. transformers' prompt "
+            "lookup refuses batch > 1."
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    run: Callable[[Bench], Result]
+    # New measurements (timings and step costs) it adds after the sections before it: the progress bar's total.
+    new_runs: Callable[[BenchConfig], int]
+
+
+SECTIONS: dict[str, Section] = {
+    "plain": Section("Plain generate()", plain, lambda c: len(c.modes)),
+    "gamma": Section("Gamma sweep (batch 1)", gamma, lambda c: len(c.modes) * len(c.gammas)),
+    "hf": Section("transformers assisted generation (batch 1)", hf, lambda c: 2 * len(c.modes)),
+    "batch": Section("Batch sizes", batch, lambda c: 2 * len(c.modes) * len(set(c.batch_sizes) - {1})),
+    "bound": Section("Leviathan bound", bound, lambda c: 2),
+    "int8": Section("int8 drafter", int8, lambda c: 1 + len(c.modes)),
+    "policy": Section("Adaptive gamma policies (batch 1)", policy, lambda c: 3 * len(c.modes)),
+    "lookup": Section(
+        "Prompt lookup",
+        lookup,
+        lambda c: len(c.modes) * (4 * len(c.lookup_batch_sizes) + 2 - (1 in c.lookup_batch_sizes)),
+    ),
+}
