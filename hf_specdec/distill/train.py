@@ -38,7 +38,7 @@ def train_drafter(
     soft_weight: float = 1.0,
     hard_weight: float = 0.1,
     max_minutes: float | None = None,
-    autocast_dtype: torch.dtype | None = torch.bfloat16,
+    autocast_dtype: torch.dtype | None = None,
     seed: int = 0,
     progress: bool = True,
 ) -> list[float]:
@@ -50,9 +50,10 @@ def train_drafter(
         soft_weight: weight of cross-entropy to the target's top-k distribution, renormalised over
             the tokens the drafter's head can emit.
         hard_weight: weight of cross-entropy to the actual next token (skipped outside the head).
-        max_minutes: stop early when training has run this long (the schedule is not rescaled).
-        autocast_dtype: matmul dtype under autocast (bf16 is ~2-3x faster than fp32 on CPUs
-            with AVX512-BF16); None trains in fp32. Weights and optimizer state stay fp32.
+        max_minutes: a time budget: the cosine schedule follows whichever of steps and time runs
+            out first, and training stops when either does.
+        autocast_dtype: matmul dtype under autocast (None: fp32; bf16 measured no faster for a
+            2-layer x 180 drafter on a 2-core AVX512-BF16 CPU). Weights and optimizer state stay fp32.
     """
     if soft_weight > 0 and teacher is None:
         raise ValueError("soft_weight > 0 needs the teacher's top-k logits (compute_topk)")
@@ -71,14 +72,17 @@ def train_drafter(
     optimizer = torch.optim.AdamW(
         drafter.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98), fused=fused or None
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(step / steps, 1.0))),
-    )
     losses = []
     started = time.monotonic()
     bar = tqdm(range(steps), desc="train drafter", disable=not progress)
     for step in bar:
+        # Cosine decay over whichever budget is further spent, so a time-capped run still anneals.
+        elapsed = (time.monotonic() - started) / 60
+        progress_done = max(step / steps, elapsed / max_minutes if max_minutes else 0.0)
+        if progress_done >= 1.0:
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * progress_done))
         batch = [usable[rng.randrange(len(usable))] for _ in range(batch_size)]
         width = max(len(records[i].ids) for i in batch) - 1
         input_ids = torch.zeros(len(batch), width, dtype=torch.long)  # [batch, width]
@@ -119,11 +123,8 @@ def train_drafter(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         optimizer.step()
-        schedule.step()
         losses.append(loss.item())
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        if max_minutes is not None and time.monotonic() - started > max_minutes * 60:
-            break
     bar.close()
     drafter.eval()
     return losses
