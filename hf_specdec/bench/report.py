@@ -96,6 +96,12 @@ def _cell(row: dict, key: str) -> str:
     return str(value)
 
 
+def _inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return str(value)
+
+
 def _table(rows: list[dict], columns: list[tuple[str, str]]) -> list[str]:
     lines = ["| " + " | ".join(header for _, header in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(row, key) for key, _ in columns) + " |" for row in rows]
@@ -128,7 +134,7 @@ def markdown(results: dict, titles: dict[str, str]) -> str:
             continue
         extras = {k: v for k, v in section.items() if k not in ("rows", "notes")}
         if extras:
-            lines += [", ".join(f"{k} = {v}" for k, v in extras.items()), ""]
+            lines += [", ".join(f"{k}: {_inline(v)}" for k, v in extras.items()), ""]
         lines += _table(section["rows"], COLUMNS[name])
         if section.get("notes"):
             lines += [""] + [f"- {note}" for note in section["notes"]]
@@ -159,12 +165,12 @@ def plots(results: dict, out: Path) -> list[Path]:
             ax.plot([r["gamma"] for r in rows], [r["acceptance_rate"] for r in rows], "o-", color=MODE_COLORS[mode],
                     label=mode)
         ax.set(xlabel="gamma (drafts per step)", ylabel="acceptance rate", ylim=(0, 1),
-               title="Acceptance rate vs gamma (batch 1)")
+               title="Acceptance rate vs gamma (batch 1)", xticks=sorted({r["gamma"] for r in sweep}))
         ax.grid(alpha=0.3)
         ax.legend()
         save(fig, "acceptance_vs_gamma.png")
 
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(8.5, 4))
         plain = {r["mode"]: r["tokens_per_s"] for r in _rows(results, "plain")}
         bound = {(r["mode"], r["gamma"]): r["bound"] for r in _rows(results, "bound")}
         hf_constant = [r for r in _rows(results, "hf") if r["method"] == "hf_assisted (constant)"]
@@ -180,11 +186,12 @@ def plots(results: dict, out: Path) -> list[Path]:
                             label=f"plain x Leviathan bound, {mode}")
             for r in (r for r in hf_constant if r["mode"] == mode):
                 ax.plot(r["gamma"], r["tokens_per_s"], "x", color=color, markersize=9, markeredgewidth=2,
-                        label=f"transformers assisted, {mode}")
-        ax.set(xlabel="gamma (drafts per step)", ylabel="tokens/s", title="Throughput vs gamma (batch 1)")
+                        label=f"transformers assisted (constant gamma), {mode}")
+        ax.set(xlabel="gamma (drafts per step)", ylabel="tokens/s", title="Throughput vs gamma (batch 1)",
+               xticks=sorted({r["gamma"] for r in sweep}))
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
         save(fig, "tokens_per_s_vs_gamma.png")
 
     batch_rows = _rows(results, "batch")
@@ -197,7 +204,7 @@ def plots(results: dict, out: Path) -> list[Path]:
         ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="plain generate()")
         ax.set(xlabel="batch size", ylabel="speedup over plain generate()", title="Speedup vs batch size")
         ax.set_xticks(sorted({r["batch_size"] for r in batch_rows}))
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(1.25, 1.15 * max(r["speedup"] for r in batch_rows)))
         ax.grid(alpha=0.3)
         ax.legend()
         save(fig, "speedup_vs_batch.png")

@@ -58,9 +58,9 @@ def hf(bench: Bench) -> Result:
             rows.append(row)
         rows.append(ours)
     notes = [
-        f"transformers' assistant defaults in effect: {effective}; the constant rows set num_assistant_tokens "
-        "and num_assistant_tokens_schedule='constant' on the assistant's generation_config (where transformers "
-        "reads them) and keep its assistant_confidence_threshold.",
+        "The defaults rows run transformers' assistant defaults (assistant_defaults above); the constant rows set "
+        "num_assistant_tokens to the sweep's best gamma and num_assistant_tokens_schedule='constant' on the "
+        "assistant's generation_config (where transformers reads them) and keep its assistant_confidence_threshold.",
         "transformers' assisted generation refuses batch > 1, so it appears at batch 1 only.",
     ]
     if getattr(bench.drafter.config, "hf_specdec_vocab_subset", None) is not None:
