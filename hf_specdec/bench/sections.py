@@ -141,34 +141,26 @@ def int8(bench: Bench) -> Result:
     return {"rows": rows, "target_step_ms": round(target_ms, 4)}
 
 
-def policy_variants(best: int) -> dict[str, Any]:
-    """Labelled `gamma=` values to compare with the best fixed gamma `best` (hf_specdec.policy)."""
-    from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
-
-    return {
-        "auto": "auto",
-        f"DraftPolicy(max_gamma={best}, min_confidence=0.4)": DraftPolicy(max_gamma=best, min_confidence=0.4),
-        "HeuristicDraftPolicy(min_confidence=0)": HeuristicDraftPolicy(min_confidence=0.0),
-    }
-
-
 def policy(bench: Bench) -> Result:
     """(b) Adaptive gamma policies against the best fixed gamma, batch 1."""
+    try:
+        from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
+    except ImportError as error:
+        return {"skipped": f"hf_specdec.policy is not available ({error})."}
     rows = []
     for mode in bench.config.modes:
         best = bench.gamma_for(mode)
-        try:
-            variants = policy_variants(best)
-        except ImportError as error:
-            return {"skipped": f"hf_specdec.policy is not available ({error})."}
+        variants = {
+            "auto": "auto",
+            f"DraftPolicy(max_gamma={best}, min_confidence=0.4)": DraftPolicy(max_gamma=best, min_confidence=0.4),
+            "HeuristicDraftPolicy(min_confidence=0)": HeuristicDraftPolicy(min_confidence=0.0),
+        }
         fixed = bench.row(bench.specdec(best), mode, method="hf_specdec", gamma=best)
         rows.append(fixed)
         for label, value in variants.items():
             row = bench.row(bench.specdec(value), mode, method="hf_specdec", gamma=label)
             row["vs_best_fixed"] = round(row["tokens_per_s"] / fixed["tokens_per_s"], 4)
             rows.append(row)
-    from hf_specdec.policy import HeuristicDraftPolicy
-
     return {"rows": rows, "notes": [f"gamma='auto' is {HeuristicDraftPolicy()!r}."]}
 
 
