@@ -167,3 +167,25 @@ def test_simulated_acceptance_counts_blocks_like_greedy_speculative_decoding():
     assert result.acceptance_rate == pytest.approx(5 / 7)
     assert result.mean_accepted == pytest.approx(5 / 3)
     assert simulate_acceptance([torch.zeros(5, dtype=torch.bool)], gamma=4).acceptance_rate == 0.0
+
+
+def test_cli_distill_runs_end_to_end_and_documents_every_option(target_dir, tmp_path, capsys):
+    import argparse
+
+    from hf_specdec.distill.cli import add_parser, main
+
+    parser = add_parser(argparse.ArgumentParser().add_subparsers())
+    undocumented = [a.dest for a in parser._actions if a.dest != "help" and not a.help]
+    assert undocumented == []
+
+    out = tmp_path / "cli-drafter"
+    main([
+        "distill", "--target", str(target_dir), "--out", str(out), "--num-prompts", "3",
+        "--num-eval-prompts", "1", "--max-new-tokens", "4", "--hidden-size", "32", "--vocab-size", "0",
+        "--init-layers", "1", "--steps", "2", "--batch-size", "2", "--topk", "4", "--quiet",
+    ])
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["train_steps"] == 2 and metrics["config"]["init_layers"] == [1]
+    drafter = AutoModelForCausalLM.from_pretrained(out)
+    assert drafter.config.num_hidden_layers == 1
+    assert getattr(drafter.config, "hf_specdec_vocab_subset", None) is None  # --vocab-size 0: full head
