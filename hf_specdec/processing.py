@@ -19,21 +19,26 @@ def _groups(lengths: torch.Tensor, rows: torch.Tensor):
         yield length, (rows & (lengths == length)).nonzero().squeeze(1)
 
 
+#: Processor attributes that hold one entry per batch row (transformers 5.x), by processor class.
+PER_ROW_STATE = {"RepetitionPenaltyLogitsProcessor": ("prompt_ignore_length",)}
+
+
 def _rows_of(processors: LogitsProcessorList, index: torch.Tensor, batch: int) -> LogitsProcessorList:
-    """The processors as seen by the rows `index`: per-row state (a tensor attribute with one entry per
-    row, like RepetitionPenaltyLogitsProcessor's padding lengths) is sliced to those rows."""
+    """The processors as seen by the rows `index`: per-row state (PER_ROW_STATE, e.g. the padding
+    lengths RepetitionPenaltyLogitsProcessor skips) is sliced to those rows."""
     if index.numel() == batch:
         return processors
     sliced = LogitsProcessorList()
     for processor in processors:
-        per_row = {
-            name: value
-            for name, value in vars(processor).items()
-            if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == batch
-        }
-        if per_row:
+        names = [
+            name
+            for name in PER_ROW_STATE.get(type(processor).__name__, ())
+            if isinstance(getattr(processor, name, None), torch.Tensor)
+        ]
+        if names:
             processor = copy.copy(processor)
-            for name, value in per_row.items():
+            for name in names:
+                value = getattr(processor, name)
                 setattr(processor, name, value[index.to(value.device)])
         sliced.append(processor)
     return sliced

@@ -146,3 +146,13 @@ def test_examples_quickstart_runs():
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "equal to plain greedy: True" in result.stdout
+
+
+def test_token_lists_as_long_as_the_batch_are_not_mistaken_for_per_row_state(target, partial_drafter):
+    # Two suppressed tokens at batch size 2: must apply to both rows, whatever row group is processed.
+    input_ids, mask = tiny_models.prompts(2, seed=14)
+    plain = greedy(target, input_ids, mask)
+    P = input_ids.shape[1]
+    kwargs = dict(suppress_tokens=[int(plain[0, P + 1]), int(plain[1, P + 2])], repetition_penalty=1.2)
+    out, _ = speculate(target, partial_drafter, input_ids, mask, gamma=3, **kwargs)
+    assert torch.equal(out, greedy(target, input_ids, mask, **kwargs))
