@@ -137,7 +137,8 @@ class Bench:
         key = (method.key, mode, batch_size, prompts)
         if key not in self.memo:
             if self.progress is not None:
-                self.progress.set_postfix_str(f"{'/'.join(map(str, method.key))} {mode} b={batch_size} {prompts}")
+                name = "/".join(str(part) for part in method.key if not isinstance(part, tuple))
+                self.progress.set_postfix_str(f"{name} {mode} b={batch_size} {prompts}")
             batches = prompt_sets.batches(self.prompt_ids[prompts], batch_size, self.pad_token_id)
             self.memo[key] = time_generate(
                 method.generate,
