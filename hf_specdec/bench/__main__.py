@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from hf_specdec.bench.models import DEFAULT_DRAFTER
-from hf_specdec.bench.runner import MODES
+from hf_specdec.bench.prompts import CHAT_PROMPTS, grounded_prompts
+from hf_specdec.bench.runner import MODES, BenchConfig
 from hf_specdec.bench.sections import SECTIONS
 
 #: --quick: a smoke run of every section in a few minutes on 2 cores; explicit options still win.
@@ -33,31 +34,40 @@ def _names(choices):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    defaults = BenchConfig()
+
+    def listed(values) -> str:
+        return ",".join(map(str, values))
+
     parser = argparse.ArgumentParser(
         prog="python -m hf_specdec.bench",
         description="hf_specdec vs plain generate() and transformers' assisted generation on SmolLM2-135M-Instruct.",
     )
-    parser.add_argument("--sections", type=_names(list(SECTIONS)), help=f"comma list of {', '.join(SECTIONS)} (all)")
-    parser.add_argument("--modes", type=_names(MODES), help="comma list of greedy, sampled (both)")
-    parser.add_argument("--max-new-tokens", type=int, help="tokens generated per prompt (128)")
-    parser.add_argument("--num-prompts", type=int, help="prompts per prompt set (16 chat; grounded has 12)")
-    parser.add_argument("--gammas", type=_ints, help="gamma sweep, comma list (1,...,8)")
-    parser.add_argument("--batch-sizes", type=_ints, help="batch sizes of the batch section (1,4,8)")
+    parser.add_argument("--sections", type=_names(list(SECTIONS)), help=f"comma list ({listed(SECTIONS)})")
+    parser.add_argument("--modes", type=_names(MODES), help=f"comma list ({listed(MODES)})")
+    parser.add_argument("--max-new-tokens", type=int, help=f"tokens generated per prompt ({defaults.max_new_tokens})")
+    parser.add_argument("--num-prompts", type=int, help=f"prompts per prompt set ({defaults.num_prompts}; at most "
+                        f"{len(CHAT_PROMPTS)} chat and {len(grounded_prompts())} grounded)")
+    parser.add_argument("--gammas", type=_ints, help=f"gamma sweep, comma list ({listed(defaults.gammas)})")
+    parser.add_argument("--batch-sizes", type=_ints, help=f"batch section, comma list ({listed(defaults.batch_sizes)})")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (all CPUs)")
-    parser.add_argument("--repeats", type=int, help="timed repeats per measurement, median kept (1)")
-    parser.add_argument("--drafter", default=DEFAULT_DRAFTER,
-                        help=f"drafter directory ({DEFAULT_DRAFTER}; a stand-in when it does not exist)")
-    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory (bench-results/)")
+    parser.add_argument("--repeats", type=int, help=f"timed repeats per measurement, median kept ({defaults.repeats})")
+    parser.add_argument("--drafter", help=f"drafter directory (default {DEFAULT_DRAFTER}, or a stand-in while it "
+                        "does not exist)")
+    parser.add_argument("--out", type=Path, default=defaults.out, help=f"output directory ({defaults.out}/)")
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.drafter is not None and not Path(args.drafter).is_dir():
+        parser.error(f"--drafter {args.drafter}: no such directory")
     import transformers
 
-    from hf_specdec.bench import BenchConfig, run_bench
+    from hf_specdec.bench import run_bench
     from hf_specdec.bench.models import load_pair
 
     transformers.logging.set_verbosity_error()  # keep the progress bar readable
@@ -65,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("sections", "modes", "max_new_tokens", "num_prompts", "gammas", "batch_sizes", "repeats"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
-    target, drafter, tokenizer, drafter_source = load_pair(args.drafter)
-    drafter_path = args.drafter if Path(args.drafter).is_dir() else None
+    drafter_dir = args.drafter or DEFAULT_DRAFTER
+    target, drafter, tokenizer, drafter_source = load_pair(drafter_dir)
+    drafter_path = drafter_dir if Path(drafter_dir).is_dir() else None
+    if drafter_path is None:
+        print(f"warning: drafter is a {drafter_source}", file=sys.stderr)
     config = BenchConfig(threads=args.threads, out=args.out, drafter_path=drafter_path, **settings)
     results = run_bench(
         target, drafter, tokenizer, config, "SmolLM2-135M-Instruct (fp32)", drafter_source, not args.no_progress
