@@ -40,10 +40,10 @@ def gamma(bench: Bench) -> Result:
 def hf(bench: Bench) -> Result:
     """2. transformers' assisted generation with the same drafter, at its defaults and at our best gamma."""
     defaults = GenerationConfig._get_default_generation_params()
-    effective = {
-        name: getattr(bench.drafter.generation_config, name, None) or defaults.get(name)
-        for name in ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-    }
+    effective = {}  # what transformers will use: the assistant's own setting, else its global default
+    for name in ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold"):
+        value = getattr(bench.drafter.generation_config, name, None)
+        effective[name] = defaults.get(name) if value is None else value
     rows = []
     for mode in bench.config.modes:
         best = bench.gamma_for(mode)
