@@ -2,7 +2,8 @@
 
 Contract: `load_pair(drafter_path)` returns (target, drafter, tokenizer, drafter_source); when the
 drafter directory does not exist yet, the drafter is `stand_in_drafter(target)`, a truncated copy of
-the target (low but real acceptance), and `drafter_source` says so.
+the target (acceptance of a few percent: it checks the plumbing, it measures nothing), and
+`drafter_source` says so.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import copy
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaForCausalLM, PreTrainedModel
+from transformers import LlamaForCausalLM, PreTrainedModel
 
 #: Where the distilled drafter for SmolLM2-135M-Instruct is shipped (relative to the repo root).
 DEFAULT_DRAFTER = "drafters/smollm2-135m-instruct"
@@ -33,26 +34,13 @@ def stand_in_drafter(target: PreTrainedModel, num_layers: int = 2) -> PreTrained
     return drafter.eval()
 
 
-def load_drafter_model(path: str | Path, quantization: str | None = None) -> PreTrainedModel:
-    """The drafter at `path`, through `hf_specdec.loading.load_drafter` when it exists (it alone knows
-    quantization), else `from_pretrained`."""
-    try:
-        from hf_specdec.loading import load_drafter
-    except ImportError:
-        if quantization is not None:
-            raise
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    if quantization is None:
-        return load_drafter(path)
-    return load_drafter(path, quantization=quantization)
-
-
 def load_pair(drafter_path: str | Path = DEFAULT_DRAFTER):
     """(target, drafter, tokenizer, drafter_source) for the real benchmark."""
+    from hf_specdec.loading import load_drafter
     from hf_specdec.smollm2 import load_smollm2
 
     target, tokenizer = load_smollm2(torch.float32)
     if Path(drafter_path).is_dir():
-        return target, load_drafter_model(drafter_path), tokenizer, str(drafter_path)
+        return target, load_drafter(drafter_path), tokenizer, str(drafter_path)
     source = f"stand-in: first 2 of the target's {target.config.num_hidden_layers} layers ({drafter_path} not found)"
     return target, stand_in_drafter(target), tokenizer, source

@@ -9,7 +9,6 @@ while it is missing.
 from __future__ import annotations
 
 import importlib
-import inspect
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -109,18 +108,10 @@ def bound(bench: Bench) -> Result:
     }
 
 
-def _load_drafter_api():
-    from hf_specdec.loading import load_drafter
-
-    if "quantization" not in inspect.signature(load_drafter).parameters:
-        raise ImportError("hf_specdec.loading.load_drafter has no `quantization` argument yet")
-    return load_drafter
-
-
 def int8(bench: Bench) -> Result:
     """(a) The int8 drafter against the fp32 one: step cost, acceptance and speed at the best gamma."""
     try:
-        load_drafter = _load_drafter_api()
+        from hf_specdec.loading import load_drafter
     except ImportError as error:
         return {"skipped": f"hf_specdec.loading.load_drafter(path, quantization='int8') is not available ({error})."}
     with tempfile.TemporaryDirectory() as scratch:
