@@ -65,6 +65,6 @@ def test_shipped_drafter_loads_and_matches_the_target_vocabulary(converted):
     prompt_len = inputs["input_ids"].shape[1]
     with torch.inference_mode():
         hidden = drafter.model(input_ids=sequence).last_hidden_state[0, prompt_len - 1 : -1]
-    agreement = (head_logits(drafter, hidden).argmax(-1) == sequence[0, prompt_len:]).float().mean()
+        agreement = (head_logits(drafter, hidden).argmax(-1) == sequence[0, prompt_len:]).float().mean()
     assert agreement > 0.3
 
