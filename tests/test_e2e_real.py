@@ -59,12 +59,13 @@ def test_shipped_drafter_loads_and_matches_the_target_vocabulary(converted):
     assert AutoTokenizer.from_pretrained(SHIPPED_DRAFTER).get_vocab() == tokenizer.get_vocab()
     subset = drafter.config.hf_specdec_vocab_subset
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in subset
-    # It must have learnt something: on a greedy target response, most next tokens agree.
+    # It must have learnt something: an untrained drafter agrees on ~0% of the target's tokens,
+    # the shipped one on ~38% of held-out responses (distill_metrics.json).
     inputs = _chat(tokenizer, "Explain rain to a ten year old.")
     sequence = target.generate(**inputs, max_new_tokens=48, do_sample=False)
     prompt_len = inputs["input_ids"].shape[1]
     with torch.inference_mode():
         hidden = drafter.model(input_ids=sequence).last_hidden_state[0, prompt_len - 1 : -1]
         agreement = (head_logits(drafter, hidden).argmax(-1) == sequence[0, prompt_len:]).float().mean()
-    assert agreement > 0.3
+    assert agreement > 0.2
 
