@@ -49,18 +49,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--init-layers", type=_layers, default=None,
                         help="comma-separated target layer indices projected into the drafter as its "
                         "layers, e.g. '0,29'")
-    parser.add_argument("--vocab-size", type=int, default=8192,
+    parser.add_argument("--vocab-size", type=int, default=4096,
                         help="tokens in the drafter's reduced head, the most frequent response tokens; "
-                        "0 for the full vocabulary (default: 8192)")
+                        "0 for the full vocabulary (default: 4096)")
     parser.add_argument("--topk", type=int, default=32,
                         help="target logits kept per position for the soft labels (default: 32)")
     parser.add_argument("--soft-weight", type=float, default=1.0,
                         help="weight of the soft-label loss; 0 trains on hard labels only (default: 1.0)")
     parser.add_argument("--hard-weight", type=float, default=0.1,
                         help="weight of the next-token cross-entropy (default: 0.1)")
-    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: 1000)")
+    parser.add_argument("--steps", type=int, default=2000, help="optimizer steps (default: 2000)")
     parser.add_argument("--batch-size", type=int, default=16, help="responses per training step (default: 16)")
-    parser.add_argument("--lr", type=float, default=2e-3, help="peak AdamW learning rate (default: 2e-3)")
+    parser.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate (default: 3e-3)")
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop training after this many minutes")
     parser.add_argument("--gamma", type=int, default=4,
