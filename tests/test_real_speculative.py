@@ -31,7 +31,7 @@ def pair():
         pytest.skip(str(error))
     torch.set_num_threads(2)
     target, tokenizer = smollm2.load_smollm2()
-    drafter = AutoModelForCausalLM.from_pretrained(DRAFTER).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(DRAFTER, dtype=torch.float32).eval()
     return target, drafter, tokenizer
 
 
