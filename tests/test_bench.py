@@ -13,8 +13,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from hf_specdec.bench import BenchConfig, run_bench
 from hf_specdec.bench import prompts as bench_prompts
-from hf_specdec.bench.measure import leviathan_speedup
+from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha
 from hf_specdec.bench.models import stand_in_drafter
+from hf_specdec.stats import SpeculativeStats
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
 CHAT_TEMPLATE = (
@@ -84,7 +85,7 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     assert sections["bound"]["cost_ratio"] > 0
     for row in sections["bound"]["rows"]:
         assert row["bound"] == pytest.approx(
-            leviathan_speedup(row["acceptance_rate"], row["gamma"], sections["bound"]["cost_ratio"]), rel=1e-3
+            leviathan_speedup(row["alpha"], row["gamma"], sections["bound"]["cost_ratio"]), rel=1e-3
         )
     for name in ("int8", "policy", "lookup"):  # optional: rows when their API exists, else a note
         assert sections[name].get("rows") or sections[name]["skipped"]
@@ -95,6 +96,15 @@ def test_leviathan_bound_matches_closed_form_and_limits():
     assert leviathan_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
     assert leviathan_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
     assert leviathan_speedup(0.8, 3, 0.05) == pytest.approx((1 - 0.8**4) / (0.2 * 1.15))
+
+
+def test_per_token_alpha_counts_one_rejection_per_short_step():
+    # gamma = 2, three steps accepting 2, 1 and 0 drafts: 3 accepted, 2 rejections.
+    stats = SpeculativeStats.empty(1, 2)
+    for accepted in (2, 1, 0):
+        stats.record_step(torch.tensor([True]), torch.tensor([2]), torch.tensor([accepted]), torch.tensor([accepted + 1]))
+    assert per_token_alpha(stats, 2) == pytest.approx(3 / 5)
+    assert stats.acceptance_rate == pytest.approx(3 / 6)  # accepted / drafted, lower
 
 
 def test_batches_left_pad_and_keep_prompt_order():

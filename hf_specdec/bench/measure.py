@@ -2,7 +2,8 @@
 
 Contract: `time_generate` warms up, then times every batch of the same left-padded prompts with the
 same seeds, and counts generated tokens up to each row's first EOS; nothing here knows which method
-it times. `step_cost_ms` times one cached single-token forward; `leviathan_speedup` is the bound.
+it times. `step_cost_ms` times one cached single-token forward; `per_token_alpha` and `leviathan_speedup` give
+the bound.
 """
 
 from __future__ import annotations
@@ -106,6 +107,16 @@ def step_cost_ms(model: PreTrainedModel, context: list[int], repeats: int = 20, 
         timings.append(time.perf_counter() - start)
         cache.crop(-1)  # every step sees the same context length
     return statistics.median(timings[warmup:]) * 1e3
+
+
+def per_token_alpha(stats: SpeculativeStats, gamma: int) -> float:
+    """Leviathan et al.'s alpha: the probability that a draft is accepted given that the ones before it
+    were (not accepted / drafted, which falls with gamma). At a fixed `gamma` a step is a run of
+    acceptances ended by one rejection unless all `gamma` drafts were accepted, so
+    alpha = accepted / (accepted + steps that accepted fewer than gamma)."""
+    accepted = int(stats.accepted.sum())
+    rejections = int(stats.histogram[:gamma].sum())
+    return accepted / max(accepted + rejections, 1)
 
 
 def leviathan_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:

@@ -30,7 +30,8 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("exact", "= plain greedy"),
     ],
     "bound": [
-        ("mode", "mode"), ("gamma", "gamma"), ("acceptance_rate", "acceptance"), ("speedup", "measured speedup"),
+        ("mode", "mode"), ("gamma", "gamma"), ("acceptance_rate", "acceptance"), ("alpha", "alpha"),
+        ("speedup", "measured speedup"),
         ("bound", "bound"), ("fraction_of_bound", "fraction of bound"),
     ],
     "int8": [

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from transformers import GenerationConfig
 
-from hf_specdec.bench.measure import leviathan_speedup
+from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha
 from hf_specdec.bench.runner import Bench, BenchConfig
 
 Result = dict[str, Any]
@@ -95,7 +95,8 @@ def bound(bench: Bench) -> Result:
     for mode in bench.config.modes:
         for g in bench.config.gammas:
             row = bench.row(bench.specdec(g), mode, method="hf_specdec", gamma=g)
-            row["bound"] = round(leviathan_speedup(row["acceptance_rate"], g, cost_ratio), 4)
+            row["alpha"] = round(per_token_alpha(bench.run(bench.specdec(g), mode).stats, g), 4)
+            row["bound"] = round(leviathan_speedup(row["alpha"], g, cost_ratio), 4)
             row["fraction_of_bound"] = round(row["speedup"] / row["bound"], 4)
             rows.append(row)
     return {
@@ -104,7 +105,8 @@ def bound(bench: Bench) -> Result:
         "drafter_step_ms": round(drafter_ms, 4),
         "cost_ratio": round(cost_ratio, 4),
         "notes": [
-            "bound = (1 - a^(g+1)) / ((1 - a)(g c + 1)); a = measured acceptance rate, c = drafter step / target "
+            "bound = (1 - a^(g+1)) / ((1 - a)(g c + 1)); a = alpha, the measured probability that a draft is "
+            "accepted after accepted ones (accepted / (accepted + steps with a rejection)), c = drafter step / target "
             "step, each the median of 20 single-token forwards with a warm cache after the first chat prompt "
             f"({len(bench.prompt_ids['chat'][0])} tokens)."
         ],
