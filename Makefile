@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 INSTALL := $(PIP) install -q -c constraints.txt
 
-.PHONY: install real-model test test-real demo bench distill clean
+.PHONY: install real-model test test-real demo bench drafter clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,15 @@ demo: real-model
 
 bench: real-model
 	$(BIN)/python -m hf_specdec.bench
+
+# Re-distil the shipped drafter (about 40 min of CPU; see drafters/smollm2-135m-instruct/README.md).
+drafter: real-model
+	mkdir -p work && cp -n ../shared/data/smollm2_135m_instruct_corpus.jsonl work/shared.jsonl || true
+	$(BIN)/hf-specdec distill --target smollm2 --out drafters/smollm2-135m-instruct \
+	  --data work/train.jsonl --num-prompts 144 --sampled-fraction 0 \
+	  --extra-data work/shared.jsonl --eval-data work/eval.jsonl --num-eval-prompts 48 \
+	  --hidden-size 180 --num-layers 2 --vocab-size 4096 --soft-weight 1 --hard-weight 0.1 \
+	  --lr 3e-3 --steps 2000 --max-minutes 38 --threads 1
 
 clean:
 	rm -rf $(VENV) build *.egg-info bench-results
