@@ -102,7 +102,8 @@ def test_per_token_alpha_counts_one_rejection_per_short_step():
     # gamma = 2, three steps accepting 2, 1 and 0 drafts: 3 accepted, 2 rejections.
     stats = SpeculativeStats.empty(1, 2)
     for accepted in (2, 1, 0):
-        stats.record_step(torch.tensor([True]), torch.tensor([2]), torch.tensor([accepted]), torch.tensor([accepted + 1]))
+        emitted = torch.tensor([accepted + 1])
+        stats.record_step(torch.tensor([True]), torch.tensor([2]), torch.tensor([accepted]), emitted)
     assert per_token_alpha(stats, 2) == pytest.approx(3 / 5)
     assert stats.acceptance_rate == pytest.approx(3 / 6)  # accepted / drafted, lower
 

@@ -127,7 +127,8 @@ def markdown(results: dict, titles: dict[str, str]) -> str:
     if results["goals"]:
         lines += ["", "## Goals", "", "| goal | mode | value | met |", "|---|---|---|---|"]
         lines += [
-            f"| {g['goal']} | {g['mode']} | {g['value']:.3f} | {'yes' if g['met'] else 'no'} |" for g in results["goals"]
+            f"| {g['goal']} | {g['mode']} | {g['value']:.3f} | {'yes' if g['met'] else 'no'} |"
+            for g in results["goals"]
         ]
     for name, section in results["sections"].items():
         lines += ["", f"## {titles[name]}", ""]

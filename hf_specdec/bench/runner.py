@@ -78,7 +78,8 @@ class Bench:
         self.target, self.drafter, self.tokenizer, self.config = target, drafter, tokenizer, config
         self.progress = progress  # anything with update(n) and set_postfix_str(s), e.g. tqdm
         eos = target.generation_config.eos_token_id
-        self.eos_ids = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])} if eos is not None else set()
+        eos = [] if eos is None else eos if isinstance(eos, (list, tuple)) else [eos]
+        self.eos_ids = {int(token) for token in eos}
         pad = target.generation_config.pad_token_id
         self.pad_token_id = int(pad if pad is not None else min(self.eos_ids, default=0))
         self.prompt_ids = {
