@@ -113,9 +113,10 @@ def per_token_alpha(stats: SpeculativeStats, gamma: int) -> float:
     """Leviathan et al.'s alpha: the probability that a draft is accepted given that the ones before it
     were (not accepted / drafted, which falls with gamma). At a fixed `gamma` a step is a run of
     acceptances ended by one rejection unless all `gamma` drafts were accepted, so
-    alpha = accepted / (accepted + steps that accepted fewer than gamma)."""
+    alpha = accepted / (accepted + rejections). Steps cut short near max_new_tokens count as rejections
+    too; capping rejections at drafted - accepted removes those that drafted nothing (exact at gamma 1)."""
     accepted = int(stats.accepted.sum())
-    rejections = int(stats.histogram[:gamma].sum())
+    rejections = min(int(stats.histogram[:gamma].sum()), int(stats.drafted.sum()) - accepted)
     return accepted / max(accepted + rejections, 1)
 
 
