@@ -167,7 +167,7 @@ def plots(results: dict, out: Path) -> list[Path]:
             rows = [r for r in sweep if r["mode"] == mode]
             ax.plot([r["gamma"] for r in rows], [r["acceptance_rate"] for r in rows], "o-", color=MODE_COLORS[mode],
                     label=mode)
-        ax.set(xlabel="gamma (drafts per step)", ylabel="acceptance rate", ylim=(0, 1),
+        ax.set(xlabel="gamma (drafts per step)", ylabel="acceptance rate (accepted / drafted)", ylim=(0, 1),
                title="Acceptance rate vs gamma (batch 1)", xticks=sorted({r["gamma"] for r in sweep}))
         ax.grid(alpha=0.3)
         ax.legend()
