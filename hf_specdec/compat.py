@@ -200,7 +200,7 @@ def check_model_pair(
     limit = getattr(drafter.config.get_text_config(), "max_position_embeddings", None)
     if limit is None:
         limit = getattr(drafter.config.get_text_config(), "n_positions", None)
-    if limit is not None and generation_config.max_length > limit:
+    if limit is not None and generation_config.max_length is not None and generation_config.max_length > limit:
         raise MaxLengthError(
             f"the request needs {generation_config.max_length} positions (prompt + max_new_tokens) but the "
             f"drafter's max_position_embeddings is {limit}; shorten the prompt or max_new_tokens, or use a "
