@@ -113,15 +113,17 @@ def bound(bench: Bench) -> Result:
     }
 
 
-def _int8_probe(path: str) -> str | None:
+def _int8_probe(path: str, quantization: str) -> str | None:
     """Loads the int8 drafter at `path` and runs one forward in a child process; returns why it failed,
     or None. Quantized CPU kernels can segfault on some shapes, which no `except` in this process catches."""
     probe = (
         "import sys, torch; from hf_specdec.loading import load_drafter; "
-        "model = load_drafter(sys.argv[1], quantization='int8'); "
+        "model = load_drafter(sys.argv[1], quantization=sys.argv[2]); "
         "torch.inference_mode()(model)(input_ids=torch.tensor([[1, 2, 3]]))"
     )
-    done = subprocess.run([sys.executable, "-c", probe, path], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", probe, path, quantization], capture_output=True, text=True, timeout=600
+    )
     if done.returncode == 0:
         return None
     if done.returncode < 0:
@@ -140,10 +142,15 @@ def int8(bench: Bench) -> Result:
         if path is None:  # an in-memory drafter (the stand-in) goes through the same loader from disk
             bench.drafter.save_pretrained(scratch)
             path = scratch
-        crash = _int8_probe(path)
-        if crash is not None:
-            return {"skipped": f"the int8 drafter crashed in a one-forward probe process ({crash})."}
-        quantized = load_drafter(path, quantization="int8")
+        # optimum-quanto first, bitsandbytes if quanto's CPU kernel cannot run this drafter's shapes.
+        crashes = {}
+        for quantization in ("int8", "int8-bnb"):
+            crashes[quantization] = _int8_probe(path, quantization)
+            if crashes[quantization] is None:
+                break
+        else:
+            return {"skipped": f"every int8 backend crashed in a one-forward probe process ({crashes})."}
+        quantized = load_drafter(path, quantization=quantization)
     target_ms = bench.step_cost("target", bench.target)
     rows = []
     for mode in bench.config.modes:
@@ -153,7 +160,8 @@ def int8(bench: Bench) -> Result:
             row = bench.row(bench.specdec(best, model, label), mode, method=f"hf_specdec ({label})", gamma=best)
             row.update(drafter_step_ms=round(cost, 4), cost_ratio=round(cost / target_ms, 4))
             rows.append(row)
-    return {"rows": rows, "target_step_ms": round(target_ms, 4)}
+    failed = {name: why for name, why in crashes.items() if why is not None}
+    return {"rows": rows, "target_step_ms": round(target_ms, 4), "quantization": quantization, "failed": failed}
 
 
 def policy(bench: Bench) -> Result:
