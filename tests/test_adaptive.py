@@ -8,7 +8,7 @@ import torch
 
 import hf_specdec
 import tiny_models
-from joint_util import exact_joint, joint_chi_square
+from joint_util import exact_joint, joint_chi_square, sample_continuations
 from hf_specdec.compat import check_gamma
 from hf_specdec.drafters.base import DraftContext
 from hf_specdec.drafters.model import ModelDrafter
@@ -196,19 +196,10 @@ def prompt_and_joint(target):
 
 
 def _sample(target, prompt, drafter, gamma, seed=0, num_tokens=3, top_k=TOP_K):
-    stats = hf_specdec.SpeculativeStats()
-    out = target.generate(
-        prompt.repeat(NUM_SAMPLES, 1),
-        do_sample=True,
-        temperature=TEMPERATURE,
-        top_k=top_k,
-        max_new_tokens=num_tokens,
-        drafter=drafter,
-        gamma=gamma,
-        generator=torch.Generator().manual_seed(seed),
-        stats=stats,
+    return sample_continuations(
+        target, prompt, drafter, gamma, num_samples=NUM_SAMPLES, temperature=TEMPERATURE, top_k=top_k,
+        num_tokens=num_tokens, seed=seed,
     )
-    return out[:, prompt.shape[1] :], stats
 
 
 SAMPLING_POLICIES = {

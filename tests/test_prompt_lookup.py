@@ -5,7 +5,7 @@ import torch
 
 import hf_specdec
 import tiny_models
-from joint_util import exact_joint, joint_chi_square
+from joint_util import exact_joint, joint_chi_square, sample_continuations
 from hf_specdec import verify
 from hf_specdec.drafters.base import DraftContext
 from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter, lookup_ngram
@@ -129,19 +129,9 @@ NUM_SAMPLES, TEMPERATURE, TOP_K = 3000, 0.7, 4
 
 
 def _sample(target, prompt, drafter, seed=0):
-    stats = hf_specdec.SpeculativeStats()
-    out = target.generate(
-        prompt.repeat(NUM_SAMPLES, 1),
-        do_sample=True,
-        temperature=TEMPERATURE,
-        top_k=TOP_K,
-        max_new_tokens=3,
-        drafter=drafter,
-        gamma=4,
-        generator=torch.Generator().manual_seed(seed),
-        stats=stats,
+    return sample_continuations(
+        target, prompt, drafter, 4, num_samples=NUM_SAMPLES, temperature=TEMPERATURE, top_k=TOP_K, seed=seed
     )
-    return out[:, prompt.shape[1] :], stats
 
 
 def _accept_every_draft(draft_tokens, draft_probs, target_probs, generator=None, num_drafted=None):
