@@ -12,6 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from hf_specdec.distill import build_drafter, distill, head_logits, vocab_subset_of
+from hf_specdec.distill.model import grow_drafter
 from hf_specdec.distill.data import TEMPLATES, TOPICS, Record, read_records
 from hf_specdec.distill.evaluate import simulate_acceptance
 from hf_specdec.distill.teacher import compute_topk
@@ -119,6 +120,38 @@ def test_drafter_built_from_all_target_layers_at_full_width_reproduces_the_targe
         torch.testing.assert_close(drafter(input_ids=ids).logits, target(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
         partial = build_drafter(target, hidden_size=64, init_layers=[0])
         assert not torch.allclose(partial(input_ids=ids).logits, target(input_ids=ids).logits, atol=1e-3)
+
+
+def test_grown_drafter_computes_what_it_did_until_trained():
+    drafter = build_drafter(tiny_target(), hidden_size=32, num_layers=1)
+    with torch.no_grad():  # a trained-looking layer, so a copy that still wrote would show
+        for param in drafter.model.layers[0].parameters():
+            param.normal_(0, 0.2)
+    ids = torch.tensor([[1, 9, 4, 30, 17, 2]])
+    with torch.no_grad():
+        before = drafter(input_ids=ids).logits
+        grow_drafter(drafter, 3)
+        assert len(drafter.model.layers) == drafter.config.num_hidden_layers == 3
+        torch.testing.assert_close(drafter(input_ids=ids).logits, before, atol=0, rtol=0)
+    losses = train_drafter(drafter, [Record([1, 9, 4, 30, 17, 2], 3, True)] * 4, None, steps=2, batch_size=2,
+                           soft_weight=0, hard_weight=1, warmup=1, progress=False)
+    assert len(losses) == 2
+    with torch.no_grad():  # training moved the new layers' writing projections off zero
+        assert drafter.model.layers[2].mlp.down_proj.weight.abs().sum() > 0
+        assert not torch.equal(drafter(input_ids=ids).logits, before)
+
+
+def test_init_from_continues_a_drafter_and_grows_it(target_dir, tmp_path):
+    data = tmp_path / "corpus" / "train.jsonl"
+    run_distill(target_dir, tmp_path / "a", data=data, num_layers=1)
+    first = AutoModelForCausalLM.from_pretrained(tmp_path / "a")
+    metrics = run_distill(target_dir, tmp_path / "b", data=data, init_from=tmp_path / "a", num_layers=2,
+                          hidden_size=64, vocab_size=None)
+    second = AutoModelForCausalLM.from_pretrained(tmp_path / "b")
+    assert second.config.num_hidden_layers == 2 and second.config.hidden_size == first.config.hidden_size
+    assert second.config.hf_specdec_vocab_subset == first.config.hf_specdec_vocab_subset
+    assert metrics["config"]["init_from"] == str(tmp_path / "a")
+    assert metrics["config"]["hidden_size"] == first.config.hidden_size
 
 
 def test_head_logits_are_minus_inf_outside_the_subset():

@@ -49,6 +49,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--init-layers", type=_layers, default=None,
                         help="comma-separated target layer indices projected into the drafter as its "
                         "layers, e.g. '0,29'")
+    parser.add_argument("--init-from", default=None,
+                        help="continue training this drafter directory (keeps its width and head); "
+                        "--num-layers above its layer count appends layers that start as no-ops")
     parser.add_argument("--vocab-size", type=int, default=4096,
                         help="tokens in the drafter's reduced head, the most frequent response tokens; "
                         "0 for the full vocabulary (default: 4096)")
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         sampled_fraction=args.sampled_fraction, generate=not args.no_generate,
         max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size,
         num_eval_prompts=args.num_eval_prompts, hidden_size=args.hidden_size,
-        num_layers=args.num_layers, init_layers=args.init_layers,
+        num_layers=args.num_layers, init_layers=args.init_layers, init_from=args.init_from,
         vocab_size=args.vocab_size or None, topk=args.topk, soft_weight=args.soft_weight,
         hard_weight=args.hard_weight, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
         max_minutes=args.max_minutes, gamma=args.gamma, seed=args.seed, progress=not args.quiet,

@@ -171,3 +171,28 @@ def _project_layer(source, dest, basis: torch.Tensor, norm_scale: float) -> None
     dest.mlp.down_proj.weight.copy_(basis.T @ source.mlp.down_proj.weight.detach().float())
     dest.input_layernorm.weight.fill_(norm_scale)
     dest.post_attention_layernorm.weight.fill_(norm_scale)
+
+
+def grow_drafter(drafter: LlamaForCausalLM, num_layers: int, seed: int = 0) -> LlamaForCausalLM:
+    """Append decoder layers to a trained drafter without changing what it computes.
+
+    Each new layer starts from a copy of the last trained one with its two writing projections
+    (``o_proj``, ``down_proj``) zeroed, so it adds nothing to the residual stream until training
+    moves them: the grown drafter starts at the old drafter's agreement.
+    """
+    layers = drafter.model.layers
+    if num_layers <= len(layers):
+        return drafter
+    torch.manual_seed(seed)
+    template = layers[-1]
+    for index in range(len(layers), num_layers):
+        layer = type(template)(drafter.config, layer_idx=index)
+        layer.load_state_dict(template.state_dict())
+        with torch.no_grad():
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        layers.append(layer.to(template.self_attn.o_proj.weight.dtype))
+    drafter.config.num_hidden_layers = num_layers
+    if getattr(drafter.config, "layer_types", None) is not None:
+        drafter.config.layer_types = [drafter.config.layer_types[0]] * num_layers
+    return drafter

@@ -13,7 +13,7 @@ import torch
 
 from .data import build_prompts, eos_ids, generate_corpus, read_records
 from .evaluate import evaluate_agreement, step_cost_ms
-from .model import build_drafter, select_vocab_subset
+from .model import build_drafter, grow_drafter, select_vocab_subset, vocab_subset_of
 from .teacher import load_or_compute_topk
 from .train import train_drafter
 
@@ -51,6 +51,7 @@ def distill(
     hidden_size: int = 180,
     num_layers: int = 2,
     init_layers: Sequence[int] | None = None,
+    init_from: str | Path | None = None,
     vocab_size: int | None = 4096,
     topk: int = 32,
     soft_weight: float = 1.0,
@@ -78,6 +79,9 @@ def distill(
         generate: False to use ``data`` as it is.
         init_layers: target layers projected into the drafter as its layers (else ``num_layers``
             random ones).
+        init_from: a drafter directory to continue training instead of building a new one: its
+            width, head subset and weights are kept, and it grows to ``num_layers`` layers when that
+            is more than it has (see ``grow_drafter``).
         vocab_size: size of the reduced head (None: full vocabulary).
         soft_weight, hard_weight: loss weights, see ``train_drafter``.
 
@@ -118,14 +122,21 @@ def distill(
         parts = [load_or_compute_topk(target, part, path, topk, progress) for path, part in zip(corpora, per_corpus)]
         teacher = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
 
-    # 3. the drafter: reduced head over the most frequent response tokens
-    subset = None
-    if vocab_size is not None and vocab_size < target.config.vocab_size:
-        subset = select_vocab_subset(records, vocab_size, always=sorted(eos))
-    drafter = build_drafter(
-        target, hidden_size=hidden_size, num_layers=num_layers, init_layers=init_layers,
-        vocab_subset=subset, seed=seed,
-    )
+    # 3. the drafter: reduced head over the most frequent response tokens, or an earlier drafter
+    if init_from is not None:
+        drafter = AutoModelForCausalLM.from_pretrained(init_from, dtype=torch.float32)
+        drafter = grow_drafter(drafter, num_layers, seed)
+        hidden_size = drafter.config.hidden_size
+        subset = vocab_subset_of(drafter)
+        vocab_size = None if subset is None else len(subset)
+    else:
+        subset = None
+        if vocab_size is not None and vocab_size < target.config.vocab_size:
+            subset = select_vocab_subset(records, vocab_size, always=sorted(eos))
+        drafter = build_drafter(
+            target, hidden_size=hidden_size, num_layers=num_layers, init_layers=init_layers,
+            vocab_subset=subset, seed=seed,
+        )
 
     # 4. train
     started = time.monotonic()
@@ -159,6 +170,7 @@ def distill(
         "config": dict(
             hidden_size=hidden_size, num_layers=drafter.config.num_hidden_layers,
             init_layers=list(init_layers) if init_layers is not None else None,
+            init_from=str(init_from) if init_from is not None else None,
             vocab_size=vocab_size, topk=topk, soft_weight=soft_weight, hard_weight=hard_weight,
             steps=steps, batch_size=batch_size, lr=lr, seed=seed,
         ),
