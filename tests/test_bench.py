@@ -87,6 +87,11 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
         assert row["bound"] == pytest.approx(
             leviathan_speedup(row["alpha"], row["gamma"], sections["bound"]["cost_ratio"]), rel=1e-3
         )
+        assert row["verify_ratio"] > 0 and row["hardware_bound"] == pytest.approx(
+            leviathan_speedup(row["alpha"], row["gamma"], sections["bound"]["cost_ratio"], row["verify_ratio"]),
+            rel=1e-3,
+        )
+    assert set(sections["bound"]["verify_ms"]) == {"2", "3", "4"}
     for name in ("int8", "policy", "lookup"):  # optional: rows when their API exists, else a note
         assert sections[name].get("rows") or sections[name]["skipped"]
     assert {goal["mode"] for goal in results["goals"]} == {"greedy", "sampled"}
@@ -96,6 +101,8 @@ def test_leviathan_bound_matches_closed_form_and_limits():
     assert leviathan_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
     assert leviathan_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
     assert leviathan_speedup(0.8, 3, 0.05) == pytest.approx((1 - 0.8**4) / (0.2 * 1.15))
+    # A verification forward costing 1.5 target steps instead of 1: the denominator grows by 0.5.
+    assert leviathan_speedup(0.8, 3, 0.05, 1.5) == pytest.approx((1 - 0.8**4) / (0.2 * 1.65))
 
 
 def test_per_token_alpha_counts_one_rejection_per_short_step():

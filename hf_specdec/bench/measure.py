@@ -2,7 +2,7 @@
 
 Contract: `time_generate` warms up, then times every batch of the same left-padded prompts with the
 same seeds, and counts generated tokens up to each row's first EOS; nothing here knows which method
-it times. `step_cost_ms` times one cached single-token forward; `per_token_alpha` and `leviathan_speedup` give
+it times. `step_cost_ms` times one cached forward of a few tokens; `per_token_alpha` and `leviathan_speedup` give
 the bound.
 """
 
@@ -83,8 +83,11 @@ def time_generate(
 
 
 @torch.inference_mode()
-def step_cost_ms(model: PreTrainedModel, context: list[int], repeats: int = 20, warmup: int = 3) -> float:
-    """Median wall time (ms) of one single-token forward after `context`, with a warm cache.
+def step_cost_ms(
+    model: PreTrainedModel, context: list[int], repeats: int = 20, warmup: int = 3, num_tokens: int = 1
+) -> float:
+    """Median wall time (ms) of one forward of `num_tokens` tokens after `context`, with a warm cache
+    (`num_tokens` > 1 is a verification step: the target scoring a draft).
 
     A model whose config carries `hf_specdec_vocab_subset` is timed as hf_specdec runs it: the body
     plus only the subset's rows of the LM head.
@@ -93,19 +96,19 @@ def step_cost_ms(model: PreTrainedModel, context: list[int], repeats: int = 20, 
     ids = torch.tensor([context], device=device)  # [1, context]
     cache = DynamicCache(config=model.config)
     model(input_ids=ids, past_key_values=cache, use_cache=True)
-    token = ids[:, -1:]  # [1, 1]
+    chunk = ids[:, -num_tokens:]  # [1, num_tokens]
     subset = getattr(model.config, "hf_specdec_vocab_subset", None)
     head = None if subset is None else model.get_output_embeddings().weight[torch.tensor(subset, device=device)]
     timings = []
     for _ in range(warmup + repeats):
         start = time.perf_counter()
         if head is None:
-            model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            model(input_ids=chunk, past_key_values=cache, use_cache=True, logits_to_keep=num_tokens)
         else:
-            hidden = model.base_model(input_ids=token, past_key_values=cache, use_cache=True).last_hidden_state
-            hidden[:, -1] @ head.T
+            hidden = model.base_model(input_ids=chunk, past_key_values=cache, use_cache=True).last_hidden_state
+            hidden @ head.T
         timings.append(time.perf_counter() - start)
-        cache.crop(-1)  # every step sees the same context length
+        cache.crop(-num_tokens)  # every step sees the same context length
     return statistics.median(timings[warmup:]) * 1e3
 
 
@@ -120,7 +123,11 @@ def per_token_alpha(stats: SpeculativeStats, gamma: int) -> float:
     return accepted / max(accepted + rejections, 1)
 
 
-def leviathan_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
-    """Expected walltime improvement (1 - a^(g+1)) / ((1 - a)(g c + 1)) of Leviathan et al. (2023), eq. 3."""
+def leviathan_speedup(alpha: float, gamma: int, cost_ratio: float, verify_ratio: float = 1.0) -> float:
+    """Expected walltime improvement (1 - a^(g+1)) / ((1 - a)(g c + v)) of Leviathan et al. (2023), eq. 3.
+
+    Their bound takes v = 1: scoring g + 1 tokens costs one single-token target step, as on a GPU with
+    spare compute. `verify_ratio` is the measured v (a (g+1)-token target forward / a 1-token one),
+    which on a CPU is well above 1; the bound with it is what the hardware allows."""
     expected_tokens = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
-    return expected_tokens / (gamma * cost_ratio + 1)
+    return expected_tokens / (gamma * cost_ratio + verify_ratio)

@@ -33,6 +33,8 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("mode", "mode"), ("gamma", "gamma"), ("acceptance_rate", "acceptance"), ("alpha", "alpha"),
         ("speedup", "measured speedup"),
         ("bound", "bound"), ("fraction_of_bound", "fraction of bound"),
+        ("verify_ratio", "v"), ("hardware_bound", "bound with v"),
+        ("fraction_of_hardware_bound", "fraction of bound with v"),
     ],
     "int8": [
         ("mode", "mode"), ("method", "method"), ("gamma", "gamma"), ("drafter_step_ms", "drafter step ms"),

@@ -87,7 +87,7 @@ class Bench:
             "grounded": prompt_sets.encode(tokenizer, prompt_sets.grounded_prompts()[: config.num_prompts]),
         }
         self.memo: dict[tuple, Measurement] = {}
-        self.step_costs: dict[str, float] = {}  # ms of one cached single-token forward, by model name
+        self.step_costs: dict[str, float] = {}  # ms of one cached forward, by model name (and width)
         self.best_gamma: dict[str, int] = {}  # per mode, set by the gamma sweep
 
     # Methods ------------------------------------------------------------------------------------
@@ -153,10 +153,10 @@ class Bench:
             self._tick()
         return self.memo[key]
 
-    def step_cost(self, name: str, model: PreTrainedModel) -> float:
-        """`step_cost_ms` of `model` after the first chat prompt, memoized under `name`."""
+    def step_cost(self, name: str, model: PreTrainedModel, num_tokens: int = 1) -> float:
+        """`step_cost_ms` of `model` feeding `num_tokens` after the first chat prompt, memoized under `name`."""
         if name not in self.step_costs:
-            self.step_costs[name] = step_cost_ms(model, self.prompt_ids["chat"][0])
+            self.step_costs[name] = step_cost_ms(model, self.prompt_ids["chat"][0], num_tokens=num_tokens)
             self._tick()
         return self.step_costs[name]
 

@@ -91,6 +91,7 @@ def bound(bench: Bench) -> Result:
     target_ms = bench.step_cost("target", bench.target)
     drafter_ms = bench.step_cost("drafter", bench.drafter)
     cost_ratio = drafter_ms / target_ms
+    verify_ms = {g: bench.step_cost(f"target x{g + 1}", bench.target, g + 1) for g in bench.config.gammas}
     rows = []
     for mode in bench.config.modes:
         for g in bench.config.gammas:
@@ -98,17 +99,24 @@ def bound(bench: Bench) -> Result:
             row["alpha"] = round(per_token_alpha(bench.run(bench.specdec(g), mode).stats, g), 4)
             row["bound"] = round(leviathan_speedup(row["alpha"], g, cost_ratio), 4)
             row["fraction_of_bound"] = round(row["speedup"] / row["bound"], 4)
+            row["verify_ratio"] = round(verify_ms[g] / target_ms, 4)
+            row["hardware_bound"] = round(leviathan_speedup(row["alpha"], g, cost_ratio, row["verify_ratio"]), 4)
+            row["fraction_of_hardware_bound"] = round(row["speedup"] / row["hardware_bound"], 4)
             rows.append(row)
     return {
         "rows": rows,
         "target_step_ms": round(target_ms, 4),
         "drafter_step_ms": round(drafter_ms, 4),
         "cost_ratio": round(cost_ratio, 4),
+        "verify_ms": {str(g + 1): round(ms, 4) for g, ms in verify_ms.items()},
         "notes": [
             "bound = (1 - a^(g+1)) / ((1 - a)(g c + 1)); a = alpha, the measured probability that a draft is "
             "accepted after accepted ones (accepted / (accepted + steps with a rejection)), c = drafter step / target "
             "step, each the median of 20 single-token forwards with a warm cache after the first chat prompt "
-            f"({len(bench.prompt_ids['chat'][0])} tokens)."
+            f"({len(bench.prompt_ids['chat'][0])} tokens).",
+            "hardware bound: the same with the target's step replaced by its measured (g+1)-token verification "
+            "forward, v = verify_ratio (Leviathan et al. take v = 1); its fraction separates the loop's own "
+            "overhead from what verifying more tokens costs on this machine.",
         ],
     }
 
@@ -226,7 +234,7 @@ SECTIONS: dict[str, Section] = {
     "gamma": Section("Gamma sweep (batch 1)", gamma, lambda c: len(c.modes) * len(c.gammas)),
     "hf": Section("transformers assisted generation (batch 1)", hf, lambda c: 2 * len(c.modes)),
     "batch": Section("Batch sizes", batch, lambda c: 2 * len(c.modes) * len(set(c.batch_sizes) - {1})),
-    "bound": Section("Leviathan bound", bound, lambda c: 2),
+    "bound": Section("Leviathan bound", bound, lambda c: 2 + len(c.gammas)),
     "int8": Section("int8 drafter", int8, lambda c: 1 + len(c.modes)),
     "policy": Section("Adaptive gamma policies (batch 1)", policy, lambda c: 3 * len(c.modes)),
     "lookup": Section(
