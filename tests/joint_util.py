@@ -46,21 +46,21 @@ def joint_chi_square(samples: torch.Tensor, joint: dict[tuple[int, ...], float])
     return statistic, chi2_threshold(max(df, 1))
 
 
-def sample_continuations(target, prompt, drafter, gamma, *, num_samples, temperature, top_k, num_tokens=3, seed=0):
+def sample_continuations(target, prompt, drafter, gamma, *, num_samples, num_tokens=3, seed=0, **processing):
     """`num_samples` sampled continuations of `prompt` in one batched speculative generate() call (rows
-    are independent), explicit generator. Returns ([num_samples, num_tokens] tokens, SpeculativeStats)."""
+    are independent), explicit generator; `processing` are generate()'s sampling kwargs (temperature,
+    top_k, ...). Returns ([num_samples, num_tokens] tokens, SpeculativeStats)."""
     import hf_specdec
 
     stats = hf_specdec.SpeculativeStats()
     out = target.generate(
         prompt.repeat(num_samples, 1),
         do_sample=True,
-        temperature=temperature,
-        top_k=top_k,
         max_new_tokens=num_tokens,
         drafter=drafter,
         gamma=gamma,
         generator=torch.Generator().manual_seed(seed),
         stats=stats,
+        **processing,
     )
     return out[:, prompt.shape[1] :], stats

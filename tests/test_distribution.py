@@ -11,9 +11,10 @@ import itertools
 import pytest
 import torch
 
-import hf_specdec
+import hf_specdec  # noqa: F401  (installs the drafter= keyword)
 import tiny_models
 from hf_specdec import loop, verify
+from joint_util import sample_continuations
 from stats_util import fits
 
 VOCAB = 10
@@ -72,16 +73,11 @@ def exact_joint(model, kwargs) -> torch.Tensor:
 
 
 def speculative_counts(target, drafter, kwargs, seed=0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    stats = hf_specdec.SpeculativeStats()
-    out = target.generate(
-        PROMPT.repeat(N, 1), do_sample=True, max_new_tokens=NEW, drafter=drafter, gamma=2,
-        generator=generator, stats=stats, **kwargs,
-    )
+    tokens, stats = sample_continuations(target, PROMPT, drafter, 2, num_samples=N, num_tokens=NEW, seed=seed, **kwargs)
     # Both paths are exercised: many accepted drafts and hundreds of residual samples.
     rejected = int((stats.drafted - stats.accepted).sum())
     assert stats.acceptance_rate > 0.1 and rejected >= 200
-    codes = (out[:, -NEW:] * torch.tensor([VOCAB**2, VOCAB, 1])).sum(dim=1)
+    codes = (tokens * torch.tensor([VOCAB**2, VOCAB, 1])).sum(dim=1)
     return torch.bincount(codes, minlength=VOCAB**NEW)
 
 
