@@ -123,6 +123,22 @@ def test_greedy_equals_plain_generate_left_padded_batch(target, repetitive_promp
     assert int(stats.accepted.sum()) > 0
 
 
+def test_a_step_without_a_match_feeds_no_draft_columns(target, monkeypatch):
+    # All-distinct tokens: no n-gram repeats, so prompt lookup drafts nothing for the first step, which
+    # must feed the prompt alone (not the prompt plus masked draft columns).
+    widths = []
+    forward = type(target).forward
+
+    def spy(self, *args, **kwargs):
+        widths.append(kwargs["input_ids"].shape[1])
+        return forward(self, *args, **kwargs)
+
+    prompt = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
+    monkeypatch.setattr(type(target), "forward", spy)
+    target.generate(prompt, do_sample=False, max_new_tokens=4, drafter="prompt_lookup", gamma=10)
+    assert widths[0] == prompt.shape[1]
+
+
 # Three tokens after a looping prompt under temperature 0.7 / top-k 4: at most 64 outcomes. N = 3000
 # rows in one batched call (rows are independent), one seed.
 NUM_SAMPLES, TEMPERATURE, TOP_K = 3000, 0.7, 4
