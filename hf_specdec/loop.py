@@ -126,8 +126,8 @@ def speculative_decode(
         # Verify only as many columns as some row drafted: a drafter may return a wider tensor (prompt
         # lookup finding no match), and every extra column would cost the target a masked token.
         width = int(num_drafted.max())
-        draft_tokens = draft.tokens[:, :width]  # [batch, width]
-        _write(sequences, lens, draft_tokens, num_drafted)
+        draft = draft.first(width)  # tokens [batch, width]
+        _write(sequences, lens, draft.tokens, num_drafted)
 
         # 2. Verify: one target forward over each row's unseen tokens and its drafts.
         ends = torch.where(active, lens + num_drafted, lens)
@@ -138,11 +138,10 @@ def speculative_decode(
         )  # [batch, width + 1, vocab]
         if do_sample:
             committed, num_accepted = verify_stochastic(
-                draft_tokens, draft.draft_probs(vocab_size)[:, :width], target_scores.softmax(dim=-1), generator,
-                num_drafted,
+                draft.tokens, draft.draft_probs(vocab_size), target_scores.softmax(dim=-1), generator, num_drafted
             )
         else:
-            committed, num_accepted = verify_greedy(draft_tokens, target_scores, num_drafted)
+            committed, num_accepted = verify_greedy(draft.tokens, target_scores, num_drafted)
         draft_lengths = policy.next_lengths(draft_lengths, active, num_drafted, num_accepted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.

@@ -56,6 +56,11 @@ class Draft:
         one_hot = torch.zeros(*self.tokens.shape, vocab_size, device=self.tokens.device)
         return one_hot.scatter_(2, self.tokens.clamp(0, vocab_size - 1)[:, :, None], 1.0)
 
+    def first(self, width: int) -> "Draft":
+        """The draft cut to its first `width` columns (tokens and probs)."""
+        probs = None if self.probs is None else self.probs[:, :width]
+        return Draft(tokens=self.tokens[:, :width], num_drafted=self.num_drafted, probs=probs)
+
 
 class Drafter(ABC):
     """Proposes tokens for the target to verify.
