@@ -2,8 +2,8 @@
 
 Contract: `time_generate` warms up, then times every batch of the same left-padded prompts with the
 same seeds, and counts generated tokens up to each row's first EOS; nothing here knows which method
-it times. `step_cost_ms` times one cached forward of a few tokens; `per_token_alpha` and `leviathan_speedup` give
-the bound.
+it times. `per_token_alpha` and `leviathan_speedup` give the bound (step costs come from
+`hf_specdec.distill.step_cost_ms`, which the distill tool reports too).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
 
 from hf_specdec.stats import SpeculativeStats
 
@@ -80,36 +79,6 @@ def time_generate(
     return Measurement(
         tokens=sum(len(row) for row in outputs), seconds=statistics.median(totals), outputs=outputs, stats=stats
     )
-
-
-@torch.inference_mode()
-def step_cost_ms(
-    model: PreTrainedModel, context: list[int], repeats: int = 20, warmup: int = 3, num_tokens: int = 1
-) -> float:
-    """Median wall time (ms) of one forward of `num_tokens` tokens after `context`, with a warm cache
-    (`num_tokens` > 1 is a verification step: the target scoring a draft).
-
-    A model whose config carries `hf_specdec_vocab_subset` is timed as hf_specdec runs it: the body
-    plus only the subset's rows of the LM head.
-    """
-    device = model.device
-    ids = torch.tensor([context], device=device)  # [1, context]
-    cache = DynamicCache(config=model.config)
-    model(input_ids=ids, past_key_values=cache, use_cache=True)
-    chunk = ids[:, -num_tokens:]  # [1, num_tokens]
-    subset = getattr(model.config, "hf_specdec_vocab_subset", None)
-    head = None if subset is None else model.get_output_embeddings().weight[torch.tensor(subset, device=device)]
-    timings = []
-    for _ in range(warmup + repeats):
-        start = time.perf_counter()
-        if head is None:
-            model(input_ids=chunk, past_key_values=cache, use_cache=True, logits_to_keep=num_tokens)
-        else:
-            hidden = model.base_model(input_ids=chunk, past_key_values=cache, use_cache=True).last_hidden_state
-            hidden @ head.T
-        timings.append(time.perf_counter() - start)
-        cache.crop(-num_tokens)  # every step sees the same context length
-    return statistics.median(timings[warmup:]) * 1e3
 
 
 def per_token_alpha(stats: SpeculativeStats, gamma: int) -> float:

@@ -16,7 +16,8 @@ from typing import Any
 from transformers import GenerationConfig, PreTrainedModel
 
 from hf_specdec.bench import prompts as prompt_sets
-from hf_specdec.bench.measure import GenerateFn, Measurement, step_cost_ms, time_generate
+from hf_specdec.bench.measure import GenerateFn, Measurement, time_generate
+from hf_specdec.distill.evaluate import step_cost_ms
 
 MODES = ("greedy", "sampled")
 
@@ -156,7 +157,10 @@ class Bench:
     def step_cost(self, name: str, model: PreTrainedModel, num_tokens: int = 1) -> float:
         """`step_cost_ms` of `model` feeding `num_tokens` after the first chat prompt, memoized under `name`."""
         if name not in self.step_costs:
-            self.step_costs[name] = step_cost_ms(model, self.prompt_ids["chat"][0], num_tokens=num_tokens)
+            # threads=None: the bench has set torch's threads for the whole run.
+            self.step_costs[name] = step_cost_ms(
+                model, self.prompt_ids["chat"][0], num_tokens=num_tokens, steps=20, threads=None
+            )
             self._tick()
         return self.step_costs[name]
 

@@ -88,13 +88,25 @@ def evaluate_agreement(target, drafter, records: Sequence[Record], gamma: int = 
 
 
 @torch.inference_mode()
+@torch.inference_mode()
 def step_cost_ms(
-    model, *, context: int = 128, steps: int = 32, threads: int | None = 1, use_subset: bool = True
+    model,
+    context: int | Sequence[int] = 128,
+    *,
+    num_tokens: int = 1,
+    steps: int = 32,
+    warmup: int = 3,
+    threads: int | None = 1,
+    use_subset: bool = True,
 ) -> float:
-    """Median wall time of one cached single-token decoding step: body + LM head + argmax.
+    """Median wall time (ms) of one cached forward of ``num_tokens`` tokens (1: a decoding step; more:
+    the target verifying a draft): body + LM head, after ``context``.
 
-    The head honours the model's vocabulary subset when ``use_subset`` (as the drafter runs).
-    ``threads`` sets torch's intra-op threads for the measurement and restores them after.
+    Args:
+        context: token ids, or a length for that many seeded random ids. The cache is cropped back
+            after every forward, so each timed forward sees the same context.
+        use_subset: score only the model's vocabulary subset, as hf_specdec runs a drafter.
+        threads: torch intra-op threads for the measurement, restored after (None: leave them).
     """
     from transformers import DynamicCache
 
@@ -105,18 +117,22 @@ def step_cost_ms(
         weight = model.get_output_embeddings().weight  # [vocab, hidden]
         subset = vocab_subset_of(model) if use_subset else None
         head = weight if subset is None else weight[subset]
-        generator = torch.Generator().manual_seed(0)
-        ids = torch.randint(0, weight.shape[0], (1, context), generator=generator).to(weight.device)
+        if isinstance(context, int):
+            generator = torch.Generator().manual_seed(0)
+            ids = torch.randint(0, weight.shape[0], (1, context), generator=generator)
+        else:
+            ids = torch.tensor([list(context)])
+        ids = ids.to(weight.device)  # [1, context]
         cache = DynamicCache(config=model.config)
-        model.model(input_ids=ids, past_key_values=cache, use_cache=True)
-        token = ids[:, -1:]
+        model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
+        chunk = ids[:, -num_tokens:]  # [1, num_tokens]
         timings = []
-        for _ in range(steps + 3):
+        for _ in range(warmup + steps):
             start = time.perf_counter()
-            hidden = model.model(input_ids=token, past_key_values=cache, use_cache=True).last_hidden_state
-            index = (hidden[:, -1] @ head.T).argmax(-1, keepdim=True)  # [1, 1]
-            token = index if subset is None else subset[index]
+            hidden = model.base_model(input_ids=chunk, past_key_values=cache, use_cache=True).last_hidden_state
+            hidden @ head.T  # [1, num_tokens, head]
             timings.append(time.perf_counter() - start)
-        return statistics.median(timings[3:]) * 1e3
+            cache.crop(-num_tokens)
+        return statistics.median(timings[warmup:]) * 1e3
     finally:
         torch.set_num_threads(previous)
