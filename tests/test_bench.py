@@ -92,7 +92,7 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
             rel=1e-3,
         )
     assert set(sections["bound"]["verify_ms"]) == {"2", "3", "4"}
-    for name in ("int8", "policy", "lookup"):  # optional: rows when their API exists, else a note
+    for name in ("int8", "policy", "lookup"):  # int8 may skip with a note when every backend crashes
         assert sections[name].get("rows") or sections[name]["skipped"]
     assert {goal["mode"] for goal in results["goals"]} == {"greedy", "sampled"}
 

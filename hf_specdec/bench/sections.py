@@ -2,13 +2,11 @@
 
 Contract: a section measures only through `Bench` (so shared measurements are timed once);
 `SECTIONS[name].new_runs(config)` estimates what it adds, for the progress bar. Sections
-that need an API another change adds (int8 loading, gamma policies, prompt lookup) skip with a note
-while it is missing.
+whose measurement cannot run (an int8 backend that crashes on the drafter) skip with a note.
 """
 
 from __future__ import annotations
 
-import importlib
 import signal
 import subprocess
 import sys
@@ -20,6 +18,8 @@ from transformers import GenerationConfig
 
 from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha
 from hf_specdec.bench.runner import Bench, BenchConfig
+from hf_specdec.loading import load_drafter
+from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
 
 Result = dict[str, Any]
 
@@ -141,10 +141,6 @@ def _int8_probe(path: str, quantization: str) -> str | None:
 
 def int8(bench: Bench) -> Result:
     """(a) The int8 drafter against the fp32 one: step cost, acceptance and speed at the best gamma."""
-    try:
-        from hf_specdec.loading import load_drafter
-    except ImportError as error:
-        return {"skipped": f"hf_specdec.loading.load_drafter(path, quantization='int8') is not available ({error})."}
     with tempfile.TemporaryDirectory() as scratch:
         path = bench.config.drafter_path
         if path is None:  # an in-memory drafter (the stand-in) goes through the same loader from disk
@@ -174,10 +170,6 @@ def int8(bench: Bench) -> Result:
 
 def policy(bench: Bench) -> Result:
     """(b) Adaptive gamma policies against the best fixed gamma, batch 1."""
-    try:
-        from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
-    except ImportError as error:
-        return {"skipped": f"hf_specdec.policy is not available ({error})."}
     rows = []
     for mode in bench.config.modes:
         best = bench.gamma_for(mode)
@@ -197,10 +189,6 @@ def policy(bench: Bench) -> Result:
 
 def lookup(bench: Bench) -> Result:
     """(c) Prompt lookup on input-grounded and chat prompts, against plain generate() and transformers'."""
-    try:
-        importlib.import_module("hf_specdec.drafters.prompt_lookup")
-    except ImportError as error:
-        return {"skipped": f"drafter='prompt_lookup' is not available ({error})."}
     tokens = bench.config.lookup_tokens
     rows = []
     for prompts in ("grounded", "chat"):
