@@ -13,6 +13,7 @@ import inspect
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from hf_specdec.drafters.base import TargetFeatures
 from hf_specdec.errors import UnsupportedModelError
 
 
@@ -71,10 +72,13 @@ class CachedModel:
         ends: torch.Tensor,  # [batch] feed each row up to (excluding) this index of `sequences`
         num_logits: int,
         anchors: torch.Tensor | None = None,  # [batch] >= ends; defaults to ends
-    ) -> torch.Tensor:
+        feature_layers: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, TargetFeatures | None]:
         """Feeds each row `sequences[b, pad_lens[b] + num_cached[b] : ends[b]]` and returns the logits at
         buffer indices `anchors[b] - num_logits ... anchors[b] - 1`, [batch, num_logits, vocab] float32
-        on the loop's device (the logits at index i score the token at index i + 1).
+        on the loop's device (the logits at index i score the token at index i + 1), and, when
+        `feature_layers` names some of the model's `output_hidden_states`, those states for every fed
+        column (else None).
 
         The chunk is aligned on `anchors`, so the returned positions line up across rows even when rows
         feed different numbers of tokens. Chunk columns outside a row's range (before its first uncached
@@ -98,17 +102,25 @@ class CachedModel:
             "past_key_values": self.cache,
             "use_cache": True,
         }
+        if feature_layers:
+            inputs["output_hidden_states"] = True
         self.num_forwards += 1
         if self.vocab_subset is not None:
-            hidden = self.model.base_model(**inputs).last_hidden_state[:, -num_logits:]  # [batch, n, hidden]
+            outputs = self.model.base_model(**inputs)
+            hidden = outputs.last_hidden_state[:, -num_logits:]  # [batch, n, hidden]
             subset_logits = hidden @ self.subset_weight.T  # [batch, n, subset]
             logits = subset_logits.new_full((*subset_logits.shape[:2], self.vocab_width), float("-inf"))
             logits[..., self.vocab_subset] = subset_logits
         else:
             if self._logits_to_keep:
                 inputs["logits_to_keep"] = num_logits
-            logits = self.model(**inputs).logits[:, -num_logits:]
-        return logits.to(device=self.device, dtype=torch.float32)
+            outputs = self.model(**inputs)
+            logits = outputs.logits[:, -num_logits:]
+        features = None
+        if feature_layers:
+            hidden = torch.cat([outputs.hidden_states[layer] for layer in feature_layers], dim=-1)
+            features = TargetFeatures(hidden=hidden.to(self.device), index=index, fed=chunk_valid)
+        return logits.to(device=self.device, dtype=torch.float32), features
 
     def rollback(self, keep: torch.Tensor, slack: int) -> None:
         """Keeps the first `keep[b]` cached tokens of each row ([batch] long) and drops the rest.

@@ -99,7 +99,8 @@ def speculative_decode(
     logits_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_logits else None
 
     target = CachedModel(model, batch, device, cache=model_kwargs.get("past_key_values"))
-    drafter.begin(batch, device)
+    session = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
+    feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
     step_stats = SpeculativeStats.empty(batch, max_gamma)
     draft_lengths = policy.initial_lengths(batch, device)  # [batch] each row's next draft length
 
@@ -119,7 +120,7 @@ def speculative_decode(
             ctx = DraftContext(
                 sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process, policy.min_confidence
             )
-            draft = drafter.propose(ctx, num_draft)
+            draft = session.propose(ctx, num_draft)
         else:
             draft = Draft(tokens=num_draft.new_empty(batch, 0), num_drafted=num_draft)
         num_drafted = torch.minimum(draft.num_drafted, num_draft)  # [batch]
@@ -131,7 +132,9 @@ def speculative_decode(
 
         # 2. Verify: one target forward over each row's unseen tokens and its drafts.
         ends = torch.where(active, lens + num_drafted, lens)
-        target_logits = target.forward(sequences, pad_lens, ends, width + 1, anchors=lens + width)
+        target_logits, features = target.forward(
+            sequences, pad_lens, ends, width + 1, anchors=lens + width, feature_layers=feature_layers
+        )
         target_logits = target_logits[..., :vocab_size]  # [batch, width + 1, vocab]
         target_scores = torch.stack(
             [process(target_logits[:, j], lens + j, active & (j <= num_drafted)) for j in range(width + 1)], dim=1
@@ -167,13 +170,13 @@ def speculative_decode(
         # 4. Roll back both caches to the committed tokens; the last one is fed again next step.
         num_valid = lens - pad_lens - 1  # [batch]
         target.rollback(torch.minimum(target.num_cached, num_valid), slack=max_gamma + 1)
-        drafter.observe(num_valid)
+        session.observe(num_valid, features)
         step_stats.record_step(active, num_drafted, num_accepted, num_new)
 
     if streamer is not None:
         streamer.end()
     step_stats.target_forwards = target.num_forwards
-    step_stats.drafter_forwards = drafter.num_forwards
+    step_stats.drafter_forwards = session.num_forwards
     if stats is not None:
         stats.merge(step_stats)
 

@@ -11,7 +11,7 @@ import tiny_models
 from joint_util import exact_joint, joint_chi_square, sample_continuations
 from hf_specdec.compat import check_gamma
 from hf_specdec.drafters.base import DraftContext
-from hf_specdec.drafters.model import ModelDrafter
+from hf_specdec.drafters.model import ModelDrafter, ModelDraftSession
 from hf_specdec.errors import InvalidGammaError
 from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
 
@@ -111,13 +111,12 @@ def _greedy_context(input_ids, attention_mask, min_confidence):
 def test_confidence_stop_ends_each_row_after_its_first_doubtful_token(close_drafter):
     input_ids, attention_mask = tiny_models.prompts(batch=8, seed=4)
     threshold, cap = 0.1, 6  # for these prompts rows stop after 1 to 6 tokens
-    drafter = ModelDrafter(close_drafter)
-    drafter.begin(8, torch.device("cpu"))
-    draft = drafter.propose(_greedy_context(input_ids, attention_mask, threshold), torch.full((8,), cap))
+    session = ModelDrafter(close_drafter).start(close_drafter, 8, torch.device("cpu"))
+    draft = session.propose(_greedy_context(input_ids, attention_mask, threshold), torch.full((8,), cap))
     counts = draft.num_drafted.tolist()
     assert len(set(counts)) > 1 and min(counts) >= 1  # rows stopped independently
     assert draft.tokens.shape[1] == max(counts)  # the step ended when the last row stopped
-    assert drafter.num_forwards == max(counts)
+    assert session.num_forwards == max(counts)
     for row, count in enumerate(counts):
         tokens = input_ids[row, attention_mask[row].bool()]
         drafted = draft.tokens[row, :count]
@@ -230,7 +229,7 @@ def test_sampling_follows_the_target_while_the_schedule_moves(target, close_draf
     assert statistic < threshold, (statistic, threshold)
 
 
-class _DropDoubtfulDrafter(ModelDrafter):
+class _DropDoubtfulSession(ModelDraftSession):
     """The wrong confidence stop (negative control): drops the doubtful token instead of verifying it,
     so the drafts that reach verification follow q restricted to confident tokens, not q."""
 
@@ -241,6 +240,11 @@ class _DropDoubtfulDrafter(ModelDrafter):
         doubtful = (confidence.squeeze(1) < ctx.min_confidence) & (draft.num_drafted > 0)  # [batch]
         draft.num_drafted = draft.num_drafted - doubtful.long()
         return draft
+
+
+class _DropDoubtfulDrafter(ModelDrafter):
+    def start(self, target, batch_size, device):
+        return _DropDoubtfulSession(super().start(target, batch_size, device).cached)
 
 
 def test_negative_control_dropping_the_doubtful_token_fails(target, close_drafter, prompt_and_joint):

@@ -36,7 +36,7 @@ def test_rollback_then_next_logits_equal_a_fresh_forward(target):
         assert state.num_cached.tolist() == (lens - pad - 1).tolist()
         assert state.valid.shape[1] <= int(state.num_cached.max()) + 5  # bounded: longest row + slack
 
-        logits = state.forward(sequences, pad, lens, 1)[:, 0]
+        logits = state.forward(sequences, pad, lens, 1)[0][:, 0]
         for b in range(3):
             expected = fresh_logits(target, sequences[b, pad[b] : lens[b]].tolist())
             assert torch.allclose(logits[b], expected, atol=1e-4), (step, b)
@@ -51,6 +51,6 @@ def test_compaction_moves_valid_columns_right_and_keeps_order(target):
     assert state.valid.shape[1] == 8
     state.compact()
     assert state.valid.shape[1] == 8 and state.valid[1].tolist() == [False] * 6 + [True] * 2
-    logits = state.forward(sequences, pad, torch.tensor([9, 6]), 1)[:, 0]
+    logits = state.forward(sequences, pad, torch.tensor([9, 6]), 1)[0][:, 0]
     assert torch.allclose(logits[1], fresh_logits(target, sequences[1, 3:6].tolist()), atol=1e-4)
     assert torch.allclose(logits[0], fresh_logits(target, sequences[0, :9].tolist()), atol=1e-4)

@@ -6,11 +6,21 @@ import os
 
 from transformers import PreTrainedModel
 
-from hf_specdec.drafters.base import Draft, DraftContext, Drafter
+from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, StatelessDrafter, TargetFeatures
 from hf_specdec.drafters.model import ModelDrafter
 from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter
 
-__all__ = ["Draft", "DraftContext", "Drafter", "ModelDrafter", "PromptLookupDrafter", "resolve_drafter"]
+__all__ = [
+    "Draft",
+    "DraftContext",
+    "DraftSession",
+    "Drafter",
+    "ModelDrafter",
+    "PromptLookupDrafter",
+    "StatelessDrafter",
+    "TargetFeatures",
+    "resolve_drafter",
+]
 
 
 def resolve_drafter(drafter) -> Drafter:

@@ -1,8 +1,11 @@
 """The drafter interface: what the loop asks of anything that proposes tokens.
 
-Contract: `propose` returns up to `num_tokens` tokens per row (and the distributions they were drawn
-from), `observe` tells the drafter how many leading tokens of each row survived verification. The
-loop never looks inside a drafter, so a new drafter needs no change to the loop.
+Contract: a `Drafter` is a description (a model, settings) that any number of generate() calls and
+threads may share; it never changes during a call. Each call asks it for a `DraftSession`
+(`Drafter.start`), which holds everything the call learns (a KV cache, counters) and dies with the
+call. A session's `propose` returns up to `num_tokens` tokens per row (and the distributions they were
+drawn from); `observe` tells it how many leading tokens of each row survived verification, with the
+target's hidden states when the drafter asked for them. The loop never looks inside a drafter.
 """
 
 from __future__ import annotations
@@ -62,30 +65,64 @@ class Draft:
         return Draft(tokens=self.tokens[:, :width], num_drafted=self.num_drafted, probs=probs)
 
 
-class Drafter(ABC):
-    """Proposes tokens for the target to verify.
+@dataclass
+class TargetFeatures:
+    """The target's hidden states over the tokens one verification forward fed, for drafters that ask.
 
-    Subclasses implement `begin` (new generate() call), `propose` and `observe`. Exactness never depends
-    on the drafter: any proposal is verified against the target, so a bad drafter is only slow.
+    Column j of row b holds the hidden states after the token at buffer index `index[b, j]`, when
+    `fed[b, j]`; other columns are junk. Only tokens that survive verification (buffer index below
+    `pad_lens[b] + num_valid[b]`, see `DraftSession.observe`) have states a drafter may keep.
     """
 
-    #: Forward passes of the drafter's model so far (0 for model-free drafters).
-    num_forwards: int = 0
+    hidden: torch.Tensor  # [batch, width, num_layers * hidden] the requested layers, concatenated
+    index: torch.Tensor  # [batch, width] long, buffer index of each column's token
+    fed: torch.Tensor  # [batch, width] bool, the column held one of the row's tokens
 
-    @abstractmethod
-    def begin(self, batch_size: int, device: torch.device) -> None:
-        """Resets per-call state before the first `propose` of a generate() call."""
+
+class DraftSession(ABC):
+    """One generate() call's drafting state, made by `Drafter.start` and used by that call only."""
+
+    #: Forward passes of the drafter's model in this call (0 for model-free drafters).
+    num_forwards: int = 0
 
     @abstractmethod
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
         """Proposes up to `num_tokens[b]` ([batch] long) tokens after row b's current tokens."""
 
-    @abstractmethod
-    def observe(self, num_valid: torch.Tensor) -> None:
+    def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
         """After verification: the first `num_valid[b]` real tokens of row b are what the drafter saw when
-        proposing (its context plus the accepted drafts); everything it proposed beyond is gone."""
+        proposing (its context plus the accepted drafts); everything it proposed beyond is gone.
+        `features` are the target's hidden states of this step's forward, when `Drafter.feature_layers`
+        asked for some. A session that caches nothing ignores both."""
+
+
+class Drafter(ABC):
+    """Describes how to propose tokens for the target to verify.
+
+    Subclasses implement `start`, which returns the per-call `DraftSession`. A drafter object is shared
+    by every generate() call and thread it is passed to, so it holds no per-call state. Exactness never
+    depends on the drafter: any proposal is verified against the target, so a bad drafter is only slow.
+    """
+
+    @abstractmethod
+    def start(self, target, batch_size: int, device: torch.device) -> DraftSession:
+        """A fresh session for one generate() call of `target` over `batch_size` rows on `device`."""
+
+    def feature_layers(self, target) -> tuple[int, ...]:
+        """Which of the target's hidden states this drafter reads, as indices into the model's
+        `output_hidden_states` tuple (0 = embeddings, i = after decoder layer i; the last entry is
+        the final, normalized state). Empty (the default): the target runs without them, at no cost."""
+        return ()
 
     def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
         """Raises an IncompatibleDrafterError subclass if this drafter cannot serve `target`; returns the
         vocabulary width that drafts and target scores share (the target's for model-free drafters)."""
         return target.config.get_text_config().vocab_size
+
+
+class StatelessDrafter(Drafter, DraftSession):
+    """A drafter whose proposals depend only on the context it is shown (no cache, no counters): it is
+    its own session, so subclasses implement `propose` alone."""
+
+    def start(self, target, batch_size: int, device: torch.device) -> DraftSession:
+        return self

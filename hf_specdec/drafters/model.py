@@ -1,4 +1,4 @@
-"""A second, smaller causal LM as drafter, with its own DynamicCache."""
+"""A second, smaller causal LM as drafter, with its own DynamicCache per generate() call."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from transformers import PreTrainedModel
 
 from hf_specdec import compat
 from hf_specdec.cache import CachedModel
-from hf_specdec.drafters.base import Draft, DraftContext, Drafter
+from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures
 from hf_specdec.verify import sample
 
 
@@ -15,28 +15,35 @@ class ModelDrafter(Drafter):
     """Drafts autoregressively with `model`, one forward per drafted token; with a confidence stop
     (`ctx.min_confidence`) a row stops after a token the model gave lower probability.
 
-    The first forward of a step also feeds whatever the drafter has not seen yet (the prompt, the
-    target's recovered/bonus token, the last accepted draft), so nothing is fed twice. If the model's
-    config carries `hf_specdec_vocab_subset` (a list of token ids, written by `hf-specdec distill`),
-    only those rows of its LM head are computed and every other token gets probability 0.
+    If the model's config carries `hf_specdec_vocab_subset` (a list of token ids, written by
+    `hf-specdec distill`), only those rows of its LM head are computed and every other token gets
+    probability 0. The object holds only the model; each call's cache lives in its `ModelDraftSession`.
     """
 
     def __init__(self, model: PreTrainedModel):
         self.model = model
         subset = getattr(model.config, "hf_specdec_vocab_subset", None)
         self.vocab_subset = None if subset is None else torch.tensor(subset, dtype=torch.long)
-        self.state: CachedModel | None = None
-        self.slack = 1  # cache columns allowed beyond the longest row before compaction
-
-    @property
-    def num_forwards(self) -> int:
-        return 0 if self.state is None else self.state.num_forwards
 
     def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
         return compat.check_model_pair(target, self.model, generation_config, tokenizer, drafter_tokenizer)
 
-    def begin(self, batch_size: int, device: torch.device) -> None:
-        self.state = CachedModel(self.model, batch_size, device, vocab_subset=self.vocab_subset)
+    def start(self, target, batch_size: int, device: torch.device) -> "ModelDraftSession":
+        return ModelDraftSession(CachedModel(self.model, batch_size, device, vocab_subset=self.vocab_subset))
+
+
+class ModelDraftSession(DraftSession):
+    """The drafter model's cache for one call. The first forward of a step also feeds whatever the
+    drafter has not seen yet (the prompt, the target's recovered/bonus token, the last accepted draft),
+    so nothing is fed twice."""
+
+    def __init__(self, cached: CachedModel):
+        self.cached = cached
+        self.slack = 1  # cache columns allowed beyond the longest row before compaction
+
+    @property
+    def num_forwards(self) -> int:
+        return self.cached.num_forwards
 
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
         batch = ctx.lens.shape[0]
@@ -51,7 +58,7 @@ class ModelDrafter(Drafter):
                 break
             width = j + 1
             at = ctx.lens + j  # [batch] buffer index of draft j + 1
-            logits = self.state.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
+            logits, _ = self.cached.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
             scores = ctx.process(logits[:, 0, : ctx.vocab_size], at, rows)  # [batch, vocab]
             step_probs = scores.softmax(dim=-1) if ctx.do_sample or ctx.min_confidence > 0 else None
             if ctx.do_sample:
@@ -72,5 +79,5 @@ class ModelDrafter(Drafter):
         draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
         return Draft(tokens=tokens[:, :width], num_drafted=num_drafted, probs=draft_probs)
 
-    def observe(self, num_valid: torch.Tensor) -> None:
-        self.state.rollback(torch.minimum(self.state.num_cached, num_valid), slack=self.slack)
+    def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
+        self.cached.rollback(torch.minimum(self.cached.num_cached, num_valid), slack=self.slack)

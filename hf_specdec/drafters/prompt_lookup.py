@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_specdec.drafters.base import Draft, DraftContext, Drafter
+from hf_specdec.drafters.base import Draft, DraftContext, StatelessDrafter
 
 
 def lookup_ngram(tokens: torch.Tensor, max_ngram_size: int, num_pred_tokens: int) -> torch.Tensor:
@@ -40,7 +40,7 @@ def lookup_ngram(tokens: torch.Tensor, max_ngram_size: int, num_pred_tokens: int
     return tokens.new_empty(0)
 
 
-class PromptLookupDrafter(Drafter):
+class PromptLookupDrafter(StatelessDrafter):
     """Drafts with `lookup_ngram` over each row's prompt and generated tokens (Saxena 2023, transformers'
     `prompt_lookup_num_tokens`). Free to run; pays off on input-grounded or repetitive text
     (summaries, code edits, extraction), drafts nothing elsewhere.
@@ -59,9 +59,6 @@ class PromptLookupDrafter(Drafter):
         self.max_ngram_size = max_ngram_size
         self.num_pred_tokens = num_pred_tokens
 
-    def begin(self, batch_size: int, device: torch.device) -> None:
-        pass  # stateless: every proposal is recomputed from the buffer
-
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
         if self.num_pred_tokens is not None:
             num_tokens = num_tokens.clamp_max(self.num_pred_tokens)
@@ -78,6 +75,3 @@ class PromptLookupDrafter(Drafter):
                 num_drafted[row] = proposal.shape[0]
         device = ctx.lens.device
         return Draft(tokens=tokens.to(device), num_drafted=num_drafted.to(device))
-
-    def observe(self, num_valid: torch.Tensor) -> None:
-        pass  # nothing cached
