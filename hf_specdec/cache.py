@@ -1,24 +1,90 @@
-"""Everything that touches a model's KV cache: ragged feeding, exact positions, rollback, compaction.
+"""Everything that touches a model's KV cache: ragged feeding, exact positions, masks, rollback, compaction.
 
-Contract: `CachedModel` keeps one HF `DynamicCache` and a [batch, width] validity mask over its columns.
-A row's cached tokens are its valid columns in order; rows may hold different numbers of tokens,
-positions count valid tokens only (no holes, no padding in RoPE), rollback invalidates columns and
-compaction keeps the width within `max(valid tokens) + slack`.
+Contract: `CachedModel` keeps one HF `DynamicCache` and, per [batch, width] cache column, whether it
+holds a live token of the row and that token's position. Rows may hold different numbers of tokens;
+positions count a row's real tokens only (no holes, no padding in RoPE); rollback invalidates
+columns and compaction keeps the width within `max(live columns) + slack`. Models with sliding-window
+or chunked layers keep full cache layers and get masks built in position space, so a window always
+means the same tokens it means in plain generate(), whatever holes the columns have.
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
 from hf_specdec.drafters.base import TargetFeatures
 from hf_specdec.errors import UnsupportedModelError
 
+#: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
+MASKABLE = ("full_attention", "sliding_attention", "chunked_attention")
+
 
 def _accepts(model: PreTrainedModel, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """How a model's layers attend, read from its config the way transformers builds its cache.
+
+    `windows[t]` is the window of layer type t: None for full attention, ("sliding", w) for a key at
+    most w - 1 positions behind the query, ("chunked", c) for keys in the query's chunk of c positions.
+    `by_type`: the model takes one mask per layer type (a dict), as generate() passes them to models
+    whose config lists `layer_types`; otherwise one mask serves every layer.
+    """
+
+    windows: dict[str, tuple[str, int] | None]
+    by_type: bool
+
+    @property
+    def windowed(self) -> bool:
+        return any(window is not None for window in self.windows.values())
+
+    @property
+    def bounded(self) -> bool:
+        """Every attention layer forgets old tokens, so columns behind every row's window can go."""
+        return all(window is not None for window in self.windows.values())
+
+
+def attention_layout(model: PreTrainedModel) -> AttentionLayout:
+    """The model's AttentionLayout; raises UnsupportedModelError for layers the loop cannot run exactly
+    (recurrent / linear-attention state, which cannot be rolled back per row)."""
+    config = model.config.get_text_config(decoder=True)
+    layer_types, layer_kwargs = get_layer_types_and_kwargs(config)
+    windows: dict[str, tuple[str, int] | None] = {}
+    for layer_type, kwargs in zip(layer_types, layer_kwargs):
+        if layer_type == "dummy":  # shares another layer's cache (or has no attention): nothing to mask
+            continue
+        if layer_type not in MASKABLE:
+            raise UnsupportedModelError(
+                f"{type(model).__name__} has {layer_type!r} layers (recurrent or linear-attention state), which "
+                "speculative decoding cannot roll back per row; decode it without drafter=."
+            )
+        window = None
+        if layer_type != "full_attention":
+            window = ("sliding" if layer_type == "sliding_attention" else "chunked", int(kwargs["sliding_window"]))
+        if windows.setdefault(layer_type, window) != window:
+            raise UnsupportedModelError(
+                f"{type(model).__name__} gives its {layer_type} layers different windows; hf_specdec builds one "
+                "mask per layer type. Decode it without drafter=."
+            )
+    return AttentionLayout(windows=windows, by_type=getattr(config, "layer_types", None) is not None)
+
+
+def _new_cache(model: PreTrainedModel, layout: AttentionLayout) -> DynamicCache:
+    """The cache plain generate() would build, with full layers instead of sliding ones: a sliding layer
+    keeps its last window of *slots*, which after per-row holes is not the last window of positions."""
+    cache = DynamicCache(config=model.config)
+    if layout.windowed:
+        cache.layers = [
+            DynamicLayer() if isinstance(layer, DynamicSlidingWindowLayer) else layer for layer in cache.layers
+        ]
+    return cache
 
 
 class CachedModel:
@@ -41,15 +107,19 @@ class CachedModel:
         self.model = model
         self.device = device  # where the loop's tensors live; the model may sit elsewhere
         self.model_device = model.device
-        self.cache = cache if cache is not None else DynamicCache(config=model.config)
-        if self.cache.get_seq_length() > 0:
+        if cache is not None and cache.get_seq_length() > 0:
             raise UnsupportedModelError("hf_specdec starts from an empty cache; pass no past_key_values.")
-        if any(getattr(layer, "is_sliding", False) for layer in self.cache.layers):
+        self.layout = attention_layout(model)
+        if self.layout.windowed and model.config._attn_implementation not in ("eager", "sdpa"):
             raise UnsupportedModelError(
-                f"{type(model).__name__} uses sliding-window cache layers, which hf_specdec cannot roll back "
-                "per row yet; disable the sliding window in its config or decode without drafter=."
+                f"{type(model).__name__} has sliding-window or chunked layers, which hf_specdec masks with 4D masks; "
+                f"attn_implementation={model.config._attn_implementation!r} takes none. Load the model with "
+                "attn_implementation='sdpa' (or 'eager')."
             )
-        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [batch, width]
+        self.cache = _new_cache(model, self.layout)
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [batch, width] live columns
+        self.positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # [batch, width]
+        self.num_cached = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch] tokens fed and kept
         self._logits_to_keep = _accepts(model, "logits_to_keep")
         self.num_forwards = 0
         # A reduced head (FR-Spec): logits only for `vocab_subset`, -inf elsewhere.
@@ -58,11 +128,6 @@ class CachedModel:
             self.vocab_subset = vocab_subset.to(self.model_device)  # [subset]
             self.subset_weight = model.get_output_embeddings().weight[self.vocab_subset]  # [subset, hidden]
             self.vocab_width = model.get_output_embeddings().weight.shape[0]
-
-    @property
-    def num_cached(self) -> torch.Tensor:
-        """[batch] number of real tokens each row has in the cache."""
-        return self.valid.sum(dim=1)
 
     @torch.no_grad()
     def forward(
@@ -93,12 +158,19 @@ class CachedModel:
         chunk = sequences.gather(1, index.clamp_min(0))  # [batch, width]
         # Positions count real tokens only: the next one of row b is num_cached[b].
         positions = self.num_cached[:, None] + chunk_valid.long().cumsum(dim=1) - 1  # [batch, width]
+        positions = positions.clamp_min(0)
 
         self.valid = torch.cat([self.valid, chunk_valid], dim=1)  # [batch, width_total]
+        self.positions = torch.cat([self.positions, positions], dim=1)
+        self.num_cached = self.num_cached + chunk_valid.sum(dim=1)
+        if self.layout.windowed:
+            attention_mask = self._position_masks(chunk_valid, positions)
+        else:
+            attention_mask = self.valid.long().to(self.model_device)
         inputs = {
             "input_ids": chunk.to(self.model_device),
-            "attention_mask": self.valid.long().to(self.model_device),
-            "position_ids": positions.clamp_min(0).to(self.model_device),
+            "attention_mask": attention_mask,
+            "position_ids": positions.to(self.model_device),
             "past_key_values": self.cache,
             "use_cache": True,
         }
@@ -122,31 +194,68 @@ class CachedModel:
             features = TargetFeatures(hidden=hidden.to(self.device), index=index, fed=chunk_valid)
         return logits.to(device=self.device, dtype=torch.float32), features
 
+    def _position_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor):
+        """Additive [batch, 1, chunk, width_total] masks in the model's dtype, one per layer type (a dict) or
+        one for all layers: a query sees a key when the key is live, not after the query, and inside the
+        query's window, all counted in token positions (transformers counts cache slots, which equal
+        positions in plain generate(), where rows have no holes)."""
+        keys, queries = self.positions[:, None, :], query_positions[:, :, None]  # [batch, 1, total], [batch, chunk, 1]
+        causal = self.valid[:, None, :] & (keys <= queries)  # [batch, chunk, total]
+        # A padding query sees only itself: a fully masked row would make a NaN that reaches the values.
+        itself = torch.zeros_like(causal)
+        itself[:, :, -chunk_valid.shape[1] :] = torch.diag_embed(~chunk_valid)
+        dtype = self.model.dtype
+        masks = {}
+        for layer_type, window in self.layout.windows.items():
+            visible = causal
+            if window is not None and window[0] == "sliding":
+                visible = causal & (keys > queries - window[1])
+            elif window is not None:
+                visible = causal & (keys // window[1] == queries // window[1])
+            additive = torch.zeros(visible.shape, dtype=dtype, device=self.model_device)
+            additive.masked_fill_(~(visible | itself).to(self.model_device), torch.finfo(dtype).min)
+            masks[layer_type] = additive[:, None]
+        if self.layout.by_type:
+            return masks
+        (mask,) = masks.values()
+        return mask
+
     def rollback(self, keep: torch.Tensor, slack: int) -> None:
         """Keeps the first `keep[b]` cached tokens of each row ([batch] long) and drops the rest.
 
         Dropped columns become masked; columns no row uses are cropped from the end (cheap), and the
         cache is compacted (a gather per layer) only once the width exceeds the longest row by `slack`.
+        When every layer is windowed, tokens behind every future query's window are dropped too, so the
+        cache stays within the window (plus slack) however long the rows grow.
         """
-        self.valid &= self.valid.long().cumsum(dim=1) <= keep[:, None]
+        self.valid &= self.positions < keep[:, None]
+        self.num_cached = keep.clone()
+        if self.layout.bounded:
+            # Future queries sit at positions >= keep; a key at p is visible to q only if q - p < reach.
+            reach = max(window[1] for window in self.layout.windows.values())
+            self.valid &= self.positions > keep[:, None] - reach
         used = self.valid.any(dim=0).nonzero()
         width = int(used.max()) + 1 if used.numel() else 0
         if width < self.valid.shape[1]:
             self.cache.crop(width - self.valid.shape[1])
             self.valid = self.valid[:, :width]
-        if width > int(self.num_cached.max()) + slack:
+            self.positions = self.positions[:, :width]
+        if width > int(self.valid.sum(dim=1).max()) + slack:
             self.compact()
 
     def compact(self) -> None:
-        """Moves every row's valid columns to the right end, in order, and drops the all-masked left
-        columns, so the width becomes the longest row's token count."""
-        keep_width = int(self.num_cached.max())
-        # A stable sort puts each row's masked columns first and keeps the valid ones in order.
+        """Moves every row's live columns to the right end, in order, and drops the all-masked left
+        columns, so the width becomes the largest number of live columns of a row."""
+        keep_width = int(self.valid.sum(dim=1).max())
+        # A stable sort puts each row's masked columns first and keeps the live ones in order.
         order = torch.sort(self.valid.to(torch.int8), dim=1, stable=True).indices[:, -keep_width:]
         for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None:  # a layer that stores nothing (shared KV)
+                continue
             index = order.to(layer.keys.device)[:, None, :, None]  # [batch, 1, keep_width, 1]
             layer.keys = layer.keys.gather(2, index.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
             layer.values = layer.values.gather(
                 2, index.expand(-1, layer.values.shape[1], -1, layer.values.shape[3])
             )
         self.valid = self.valid.gather(1, order)
+        self.positions = self.positions.gather(1, order)

@@ -88,3 +88,37 @@ def prompts(batch: int, seed: int = 0, min_len: int = 3, max_len: int = 12) -> t
         input_ids[row, max_len - length :] = torch.randint(3, VOCAB, (length,), generator=gen)
         attention_mask[row, max_len - length :] = 1
     return input_ids, attention_mask
+
+
+#: Windowed attention, one family per way transformers builds its masks: one sliding mask for every layer
+#: (Mistral), a mask per layer type from `layer_types` (Gemma 2 eager with softcapping, Gemma 3 sdpa,
+#: GPT-OSS with attention sinks, Qwen2 with only some layers sliding), chunked attention (Llama 4).
+WINDOWED = ("mistral", "gemma2", "gemma3_text", "gpt_oss", "qwen2", "llama4_text")
+
+
+def windowed(model_type: str, window: int = 8, seed: int = 0, hidden: int = 64, vocab: int = VOCAB):
+    """A 2-layer model of `model_type` whose attention sees at most `window` positions (Llama 4: chunks of
+    `window`); layer 0 is windowed in every family, and the mixed families keep layer 1 full."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    size = dict(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=256,
+        tie_word_embeddings=False,  # tied, Gemma's scaled embeddings make tiny models repeat one token
+        **SPECIAL,
+    )
+    extra = {
+        "mistral": dict(sliding_window=window),
+        "gemma2": dict(sliding_window=window),
+        "gemma3_text": dict(sliding_window=window, layer_types=["sliding_attention", "full_attention"]),
+        "gpt_oss": dict(sliding_window=window, num_local_experts=4, num_experts_per_tok=2),
+        "qwen2": dict(
+            sliding_window=window, use_sliding_window=True, layer_types=["sliding_attention", "full_attention"]
+        ),
+        "llama4_text": dict(
+            attention_chunk_size=window, num_local_experts=2, intermediate_size_mlp=2 * hidden, no_rope_layers=[1, 1]
+        ),
+    }[model_type]
+    config = AutoConfig.for_model(model_type, **size, **extra)
+    return _finish(AutoModelForCausalLM.from_config(config))
