@@ -138,12 +138,14 @@ class CachedModel:
         num_logits: int,
         anchors: torch.Tensor | None = None,  # [batch] >= ends; defaults to ends
         feature_layers: tuple[int, ...] = (),
+        column_inputs: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, TargetFeatures | None]:
         """Feeds each row `sequences[b, pad_lens[b] + num_cached[b] : ends[b]]` and returns the logits at
         buffer indices `anchors[b] - num_logits ... anchors[b] - 1`, [batch, num_logits, vocab] float32
         on the loop's device (the logits at index i score the token at index i + 1), and, when
         `feature_layers` names some of the model's `output_hidden_states`, those states for every fed
-        column (else None).
+        column (else None). `column_inputs` are further model inputs laid out like `sequences`
+        ([batch, length, ...]), passed for the fed columns only (a feature head's per-token features).
 
         The chunk is aligned on `anchors`, so the returned positions line up across rows even when rows
         feed different numbers of tokens. Chunk columns outside a row's range (before its first uncached
@@ -174,6 +176,10 @@ class CachedModel:
             "past_key_values": self.cache,
             "use_cache": True,
         }
+        for name, values in (column_inputs or {}).items():
+            gathered = values.gather(1, index.clamp_min(0).reshape(*index.shape, *[1] * (values.dim() - 2))
+                                     .expand(-1, -1, *values.shape[2:]))
+            inputs[name] = gathered.to(self.model_device)  # [batch, width, ...]
         if feature_layers:
             inputs["output_hidden_states"] = True
         self.num_forwards += 1
@@ -191,7 +197,7 @@ class CachedModel:
         features = None
         if feature_layers:
             hidden = torch.cat([outputs.hidden_states[layer] for layer in feature_layers], dim=-1)
-            features = TargetFeatures(hidden=hidden.to(self.device), index=index, fed=chunk_valid)
+            features = TargetFeatures(hidden=hidden.to(self.device), index=index, positions=positions, fed=chunk_valid)
         return logits.to(device=self.device, dtype=torch.float32), features
 
     def _position_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor):

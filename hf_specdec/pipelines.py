@@ -3,7 +3,8 @@
 Contract: TextGenerationPipeline already forwards kwargs it does not know (at construction or per call)
 to generate(); `install()` adds only what generate() cannot know: the pipeline's tokenizer as
 `tokenizer=` (for the drafter compatibility check), and a drafter given as a path loaded once per
-pipeline (with its own tokenizer when the checkpoint has one), not once per batch.
+pipeline (with its own tokenizer when the checkpoint has one), not once per batch. The loaded drafter
+is shared by every call of the pipeline, which drafters allow (their per-call state lives in the call).
 """
 
 from __future__ import annotations
@@ -12,18 +13,24 @@ import os
 
 from transformers import TextGenerationPipeline
 
+from hf_specdec.drafters import resolve_drafter
 from hf_specdec.loading import load_drafter, load_tokenizer
 
 _original_sanitize_parameters = None
 
 
 def _load_path_drafter(pipe: TextGenerationPipeline, path: str | os.PathLike):
-    """(model, tokenizer or None) of a drafter checkpoint, the model on the target's device; cached on
-    the pipeline, so calling it in a loop loads the checkpoint once."""
+    """(drafter, tokenizer or None) of a drafter directory (a causal LM on the target's device, or a
+    feature head); cached on the pipeline, so calling it in a loop loads the checkpoint once."""
+    from hf_specdec.eagle import is_feature_head
+
     cache = pipe.__dict__.setdefault("_hf_specdec_drafters", {})
     key = os.fspath(path)
     if key not in cache:
-        cache[key] = (load_drafter(key, device=pipe.model.device), load_tokenizer(key))
+        if is_feature_head(key):
+            cache[key] = (resolve_drafter(key), None)
+        else:
+            cache[key] = (load_drafter(key, device=pipe.model.device), load_tokenizer(key))
     return cache[key]
 
 

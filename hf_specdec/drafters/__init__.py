@@ -7,6 +7,7 @@ import os
 from transformers import PreTrainedModel
 
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, StatelessDrafter, TargetFeatures
+from hf_specdec.drafters.feature import FeatureDrafter
 from hf_specdec.drafters.model import ModelDrafter
 from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter
 
@@ -15,6 +16,7 @@ __all__ = [
     "DraftContext",
     "DraftSession",
     "Drafter",
+    "FeatureDrafter",
     "ModelDrafter",
     "PromptLookupDrafter",
     "StatelessDrafter",
@@ -25,7 +27,8 @@ __all__ = [
 
 def resolve_drafter(drafter) -> Drafter:
     """Turns what a user passes as `drafter=` into a Drafter: a Drafter as is, a causal LM, the name
-    "prompt_lookup", or a path / hub id of a causal LM (loaded with `hf_specdec.load_drafter`)."""
+    "prompt_lookup", a directory holding an EAGLE feature head (`hf_specdec.eagle`), or a path / hub id of
+    a causal LM (loaded with `hf_specdec.load_drafter`)."""
     if isinstance(drafter, Drafter):
         return drafter
     if isinstance(drafter, PreTrainedModel):
@@ -33,8 +36,11 @@ def resolve_drafter(drafter) -> Drafter:
     if isinstance(drafter, str) and drafter == "prompt_lookup":
         return PromptLookupDrafter()
     if isinstance(drafter, (str, os.PathLike)):
+        from hf_specdec.eagle import is_feature_head, load_feature_head
         from hf_specdec.loading import load_drafter
 
+        if is_feature_head(drafter):
+            return FeatureDrafter(load_feature_head(drafter))
         return ModelDrafter(load_drafter(drafter))
     raise TypeError(
         "drafter must be a transformers causal LM, a path to one, 'prompt_lookup' or a hf_specdec Drafter, "

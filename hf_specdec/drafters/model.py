@@ -58,7 +58,7 @@ class ModelDraftSession(DraftSession):
                 break
             width = j + 1
             at = ctx.lens + j  # [batch] buffer index of draft j + 1
-            logits, _ = self.cached.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
+            logits = self._draft_logits(ctx, rows, at)  # [batch, 1, vocab]
             scores = ctx.process(logits[:, 0, : ctx.vocab_size], at, rows)  # [batch, vocab]
             step_probs = scores.softmax(dim=-1) if ctx.do_sample or ctx.min_confidence > 0 else None
             if ctx.do_sample:
@@ -78,6 +78,12 @@ class ModelDraftSession(DraftSession):
         self.slack = width + 1
         draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
         return Draft(tokens=tokens[:, :width], num_drafted=num_drafted, probs=draft_probs)
+
+    def _draft_logits(self, ctx: DraftContext, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """[batch, 1, vocab] logits for the token at buffer index `at` of the `rows` that draft; the other
+        rows only catch up on what they have not fed yet."""
+        logits, _ = self.cached.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
+        return logits
 
     def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
         self.cached.rollback(torch.minimum(self.cached.num_cached, num_valid), slack=self.slack)

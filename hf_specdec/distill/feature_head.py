@@ -1,0 +1,332 @@
+"""Building, training and measuring a feature head (EAGLE) for a target, from stored target states.
+
+Contract: `build_feature_head(target, kind, draft_vocab)` returns a FeatureHead initialised from the
+target (its LM-head rows, its final norm, one of its decoder layers); `train_feature_head` trains it
+with the training-time test of EAGLE-3: every anchor position is unrolled `ttt_steps` times, each step
+reading the head's own predicted state from the step before, attending to the exact entries up to the
+anchor and to its own earlier steps, exactly as drafting does; `evaluate_feature_head` runs the same
+unrolled pass without gradients and reports the agreement at each draft depth along the target's own
+greedy choices.
+
+The loss is the cross-entropy from the target's next-token distribution restricted to the draft
+vocabulary (computed from the target's final state, stored with the others) to the head's, weighted
+0.8^k at depth k (EAGLE-3's weights).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import torch
+from torch.nn import functional as F
+from tqdm.auto import tqdm
+from transformers import LlamaConfig
+
+from hf_specdec.drafters.feature import FeatureHead, default_feature_layers
+
+from .data import Record
+from .features import FeatureStore
+
+
+def head_config(target, kind: str, feature_layers: Sequence[int], draft_vocab_size: int | None) -> LlamaConfig:
+    """A one-layer LlamaConfig shaped like the target's layers, with the head's own fields."""
+    text = target.config.get_text_config()
+    rope = getattr(text, "rope_parameters", None)
+    config = LlamaConfig(
+        vocab_size=text.vocab_size,
+        hidden_size=text.hidden_size,
+        intermediate_size=text.intermediate_size,
+        num_hidden_layers=1,
+        num_attention_heads=text.num_attention_heads,
+        num_key_value_heads=getattr(text, "num_key_value_heads", text.num_attention_heads),
+        head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
+        hidden_act=getattr(text, "hidden_act", "silu"),
+        max_position_embeddings=text.max_position_embeddings,
+        rms_norm_eps=getattr(text, "rms_norm_eps", 1e-5),
+        rope_parameters=dict(rope) if rope else None,
+        attention_bias=False,
+        tie_word_embeddings=False,
+        bos_token_id=text.bos_token_id,
+        eos_token_id=text.eos_token_id,
+        pad_token_id=text.pad_token_id,
+    )
+    config.architectures = ["LlamaForCausalLMEagle3" if kind == "eagle3" else "LlamaForCausalLM"]
+    config.hf_specdec_kind = kind
+    config.hf_specdec_feature_layers = [int(layer) for layer in feature_layers]
+    if kind == "eagle3":
+        config.draft_vocab_size = draft_vocab_size
+        config.target_hidden_size = text.hidden_size
+    return config
+
+
+@torch.no_grad()
+def build_feature_head(
+    target, kind: str = "eagle3", draft_vocab: Sequence[int] | None = None, init_layer: int | None = None
+) -> FeatureHead:
+    """A FeatureHead for `target`, initialised from it.
+
+    Args:
+        kind: "eagle3" (three fused layers, own LM head over `draft_vocab`) or "eagle1" (last state, the
+            target's LM head).
+        draft_vocab: target token ids the eagle3 head can propose (e.g. the most frequent response tokens).
+        init_layer: the target decoder layer the head's layer starts from (default: eagle3 the layer that
+            reads its highest feature, eagle1 the last); the eagle3 head reads that feature through an
+            identity slice of fc, so at step 0 it starts out computing what that layer computes.
+    """
+    text = target.config.get_text_config()
+    num_layers = text.num_hidden_layers
+    layers = default_feature_layers(kind, num_layers)
+    if kind == "eagle3" and draft_vocab is None:
+        draft_vocab = list(range(text.vocab_size))
+    config = head_config(target, kind, layers, None if draft_vocab is None else len(draft_vocab))
+    head = FeatureHead(config).float()
+    hidden = text.hidden_size
+    source = target.model.layers[init_layer if init_layer is not None else (layers[-1] if kind == "eagle3" else -1)]
+    attention = source.self_attn
+    for name in ("q_proj", "k_proj", "v_proj"):
+        weight = getattr(attention, name).weight.float()  # [out, hidden]
+        mine = getattr(head, name).weight
+        mine.zero_()
+        mine[:, -hidden:] = weight  # eagle3: the feature half (the token half starts at 0)
+    head.o_proj.weight.copy_(attention.o_proj.weight.float())
+    head.mlp.load_state_dict({k: v.float() for k, v in source.mlp.state_dict().items()})
+    head.post_attention_layernorm.weight.copy_(source.post_attention_layernorm.weight.float())
+    head.fc.weight.zero_()
+    if kind == "eagle1":
+        head.fc.weight[:, hidden:] = torch.eye(hidden)  # the state passes, the token starts at 0
+    else:
+        head.fc.weight[:, -hidden:] = torch.eye(hidden)  # the highest layer's state passes
+        head.hidden_norm.weight.copy_(source.input_layernorm.weight.float())
+        head.input_layernorm.weight.fill_(1.0)
+        head.norm.weight.copy_(target.model.norm.weight.float())
+        ids = torch.as_tensor(list(draft_vocab), dtype=torch.long)
+        head.lm_head.weight.copy_(target.get_output_embeddings().weight[ids].float())
+        head.d2t.copy_(ids - torch.arange(len(ids)))
+    return head.eval()
+
+
+def _store_columns(store: FeatureStore, layers: Sequence[int]) -> list[int]:
+    missing = [layer for layer in layers if layer not in store.layers]
+    if missing:
+        raise ValueError(f"the feature store holds layers {store.layers}, the head needs {missing} too.")
+    return [store.layers.index(layer) for layer in layers]
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [batch, seq] long, right-padded
+    features: torch.Tensor  # [batch, seq, num_features * hidden] the head's input states
+    final: torch.Tensor  # [batch, seq, hidden] the target's last (normalized) state
+    loss_mask: torch.Tensor  # [batch, seq] bool, the token at this index is a response token
+
+
+def make_batch(records: Sequence[Record], store: FeatureStore, layers: Sequence[int], final_layer: int) -> Batch:
+    columns = _store_columns(store, layers)
+    (final_column,) = _store_columns(store, [final_layer])
+    width = max(len(record.ids) for record in records)
+    first = store[records[0]]
+    hidden = first.shape[-1]
+    input_ids = torch.zeros(len(records), width, dtype=torch.long)
+    features = torch.zeros(len(records), width, len(columns) * hidden)
+    final = torch.zeros(len(records), width, hidden)
+    loss_mask = torch.zeros(len(records), width, dtype=torch.bool)
+    for row, record in enumerate(records):
+        stored = store[record].float()  # [tokens, stored layers, hidden]
+        n = len(record.ids)
+        input_ids[row, :n] = torch.tensor(record.ids)
+        features[row, :n] = stored[:, columns].reshape(n, -1)
+        final[row, :n] = stored[:, final_column]
+        loss_mask[row, record.prompt_len : n] = True
+    return Batch(input_ids, features, final, loss_mask)
+
+
+def _repeat_kv(states: torch.Tensor, heads: int) -> torch.Tensor:
+    return states.repeat_interleave(heads // states.shape[1], dim=1)
+
+
+def unrolled_states(head: FeatureHead, embed_tokens, batch: Batch, steps: int) -> list[torch.Tensor]:
+    """The head's states over every anchor, unrolled `steps` times (the training-time test).
+
+    Step 0 entry p reads (the target's state at p, token p + 1) at position p, causally over all exact
+    entries. Step k >= 1 at anchor p reads (its own step k - 1 state, token p + k + 1) at position p + k,
+    attending to the exact entries 0..p and to its own steps 1..k at anchor p: what drafting k tokens
+    after the confirmed entry p sees. Returns one [batch, seq - 1, hidden] tensor per step; step k at p
+    predicts the token at p + k + 2.
+    """
+    seq = batch.input_ids.shape[1] - 1
+    positions = torch.arange(seq)[None].expand(batch.input_ids.shape[0], -1)  # [batch, seq]
+    features = head.input_features(batch.features[:, :seq])
+    attention_input, residual = head.layer_input(embed_tokens(batch.input_ids[:, 1:]), features)
+    query, key0, value0 = head.qkv(attention_input, positions)
+    heads = query.shape[1]
+    key0, value0 = _repeat_kv(key0, heads), _repeat_kv(value0, heads)
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+    exact_scores = lambda q: (q @ key0.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))  # noqa: E731
+    state = head.layer_output(F.softmax(exact_scores(query), dim=-1) @ value0, residual)
+    states, own_keys, own_values = [state], [], []
+    for k in range(1, steps):
+        # Step k at anchor p reads token p + k + 1; anchors past the end read padding and are never scored.
+        tokens = torch.cat([batch.input_ids[:, 1 + k :], batch.input_ids.new_zeros(batch.input_ids.shape[0], k)], 1)
+        attention_input, residual = head.layer_input(embed_tokens(tokens), states[-1])
+        query, key, value = head.qkv(attention_input, positions + k)
+        own_keys.append(_repeat_kv(key, heads))
+        own_values.append(_repeat_kv(value, heads))
+        own_scores = torch.stack([(query * key_j).sum(-1) * scale for key_j in own_keys], dim=-1)  # [b, h, seq, k]
+        weights = F.softmax(torch.cat([exact_scores(query), own_scores], dim=-1), dim=-1)
+        attended = weights[..., :seq] @ value0
+        for j, value_j in enumerate(own_values):
+            attended = attended + weights[..., seq + j, None] * value_j
+        state = head.layer_output(attended, residual)
+        states.append(state)
+    return states
+
+
+def _step_targets(head: FeatureHead, target_head_weight: torch.Tensor, batch: Batch, k: int):
+    """(target log-probs over the head's vocabulary [batch, seq - 1, draft], scored mask [batch, seq - 1],
+    the target's greedy token as a head column [batch, seq - 1] or -1) for depth k: anchor p predicts the
+    token at p + k + 2 from the target's state at p + k + 1."""
+    seq = batch.input_ids.shape[1] - 1
+    shifted_final = torch.cat([batch.final[:, k + 1 :], batch.final.new_zeros(batch.final.shape[0], k, batch.final.shape[2])], 1)
+    target_logits = shifted_final[:, :seq] @ target_head_weight.T  # [batch, seq, draft]
+    mask = torch.cat([batch.loss_mask[:, k + 2 :], batch.loss_mask.new_zeros(batch.loss_mask.shape[0], k + 1)], 1)
+    return F.log_softmax(target_logits, dim=-1), mask[:, :seq]
+
+
+def _scores(head: FeatureHead, state: torch.Tensor, label_weight: torch.Tensor) -> torch.Tensor:
+    """Head logits over its vocabulary; an eagle1 head scores with the target's (frozen) LM head."""
+    return state @ label_weight.T if head.kind == "eagle1" else head.scores(state)
+
+
+def _draft_head_weight(head: FeatureHead, target) -> torch.Tensor:
+    """[draft, hidden] the target's LM-head rows over the head's vocabulary (the target's distribution,
+    restricted and renormalised, is the label)."""
+    weight = target.get_output_embeddings().weight.detach().float()
+    ids = head.draft_ids()
+    return weight if ids is None else weight[ids]
+
+
+def train_feature_head(
+    head: FeatureHead,
+    target,
+    records: Sequence[Record],
+    store: FeatureStore,
+    *,
+    steps: int = 2000,
+    batch_size: int = 8,
+    max_tokens: int = 512,
+    ttt_steps: int = 3,
+    lr: float = 3e-4,
+    warmup: int = 50,
+    max_minutes: float | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    log_every: int = 0,
+    on_log=None,
+) -> list[float]:
+    """Trains `head` in place (AdamW, cosine decay over steps or time, whichever runs out first) and
+    returns every step's loss. Records longer than `max_tokens` are cut (from the end)."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    usable = [record for record in records if len(record.ids) > record.prompt_len + 1 and record in store]
+    if not usable:
+        raise ValueError("no record with a response has stored features")
+    embed_weight = target.get_input_embeddings().weight.detach().float()  # frozen: the target's
+    label_weight = _draft_head_weight(head, target)
+    final_layer = target.config.get_text_config().num_hidden_layers
+    head.train()
+    parameters = [p for p in head.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0, betas=(0.9, 0.95), fused=True)
+    losses = []
+    started = time.monotonic()
+    bar = tqdm(range(steps), desc="train feature head", disable=not progress)
+    for step in bar:
+        done = max(step / steps, (time.monotonic() - started) / 60 / max_minutes if max_minutes else 0.0)
+        if done >= 1.0:
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * done))
+        chosen = [rng.choice(usable) for _ in range(batch_size)]
+        batch = make_batch(chosen, store, head.feature_layers_for(final_layer), final_layer)
+        if batch.input_ids.shape[1] > max_tokens:
+            batch = Batch(*(tensor[:, :max_tokens] for tensor in (batch.input_ids, batch.features, batch.final, batch.loss_mask)))
+        states = unrolled_states(head, lambda ids: F.embedding(ids, embed_weight), batch, ttt_steps)
+        loss = torch.zeros(())
+        for k, state in enumerate(states):
+            target_log_probs, mask = _step_targets(head, label_weight, batch, k)
+            if not mask.any():
+                continue
+            log_probs = F.log_softmax(_scores(head, state[mask], label_weight), dim=-1)  # [scored, draft]
+            loss = loss + 0.8**k * -(target_log_probs[mask].exp() * log_probs).sum(-1).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if log_every and on_log is not None and (step + 1) % log_every == 0:
+            head.eval()
+            on_log(step + 1, losses)
+            head.train()
+    head.eval()
+    return losses
+
+
+@dataclass
+class DepthAgreement:
+    """How often the head's greedy draft at each depth is the target's greedy token, given the drafts
+    before it were (the per-token acceptance of greedy speculative decoding), on teacher-forced records."""
+
+    per_depth: list[float]  # depth 1..k: P(draft k == target's | drafts < k were)
+    positions: int  # anchors scored at depth 1
+
+    def tokens_per_step(self, gamma: int) -> float:
+        """Expected tokens a greedy step commits at `gamma` drafts: 1 + a1 + a1 a2 + ..."""
+        total, run = 1.0, 1.0
+        for rate in self.per_depth[:gamma]:
+            run *= rate
+            total += run
+        return total
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "tokens_per_step": {g: self.tokens_per_step(g) for g in range(1, len(self.per_depth) + 1)}}
+
+
+@torch.no_grad()
+def evaluate_feature_head(
+    head: FeatureHead, target, records: Sequence[Record], store: FeatureStore, depth: int = 4, batch_size: int = 8
+) -> DepthAgreement:
+    """DepthAgreement over the response positions of `records`: the target's greedy token at each position
+    (from its stored final state, so it is the fp32 target's own choice) against the head's drafts."""
+    head.eval()
+    embed_weight = target.get_input_embeddings().weight.detach().float()
+    label_weight = target.get_output_embeddings().weight.detach().float()
+    draft_ids = head.draft_ids()
+    final_layer = target.config.get_text_config().num_hidden_layers
+    agreed = torch.zeros(depth)
+    reached = torch.zeros(depth)
+    usable = [record for record in records if record in store]
+    for start in range(0, len(usable), batch_size):
+        batch = make_batch(usable[start : start + batch_size], store, head.feature_layers_for(final_layer), final_layer)
+        states = unrolled_states(head, lambda ids: F.embedding(ids, embed_weight), batch, depth)
+        alive = None
+        for k, state in enumerate(states):
+            _, mask = _step_targets(head, label_weight, batch, k)
+            seq = mask.shape[1]
+            shifted = torch.cat([batch.final[:, k + 1 :], batch.final.new_zeros(batch.final.shape[0], k, batch.final.shape[2])], 1)
+            target_token = (shifted[:, :seq] @ label_weight.T).argmax(-1)  # [batch, seq] target ids
+            draft = _scores(head, state, label_weight if draft_ids is None else None).argmax(-1)
+            if draft_ids is not None:
+                draft = draft_ids[draft]
+            hit = draft == target_token
+            # Depth k counts anchors whose response continues k + 1 tokens and whose earlier drafts all hit.
+            scored = mask if alive is None else mask & alive
+            reached[k] += scored.sum()
+            agreed[k] += (scored & hit).sum()
+            alive = hit if alive is None else alive & hit
+    per_depth = (agreed / reached.clamp_min(1)).tolist()
+    return DepthAgreement(per_depth=per_depth, positions=int(reached[0]))
