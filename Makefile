@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 INSTALL := $(PIP) install -q -c constraints.txt
 
-.PHONY: install real-model test test-real demo bench drafter clean
+.PHONY: install real-model test test-real test-sweep support-table demo bench drafter clean
 
 install: $(VENV)/.installed
 
@@ -27,6 +27,14 @@ test: install
 
 test-real: real-model
 	$(BIN)/python -m pytest -q -m real
+
+# Every causal-LM type of the installed transformers, exact or refused before decoding (~2 min).
+test-sweep: install
+	$(BIN)/python -m pytest -q -m sweep
+
+# Regenerates docs/support.md (the README's support table) from the sweep.
+support-table: install
+	$(BIN)/python tests/arch_sweep.py --stress --table docs/support.md
 
 demo: real-model
 	$(BIN)/python examples/demo.py

@@ -11,6 +11,7 @@ means the same tokens it means in plain generate(), whatever holes the columns h
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,8 @@ from hf_specdec.errors import UnsupportedModelError
 
 #: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
 MASKABLE = ("full_attention", "sliding_attention", "chunked_attention")
+#: transformers' mask builders that apply a window; a windowed model's own code calls one of them.
+WINDOW_MASK_BUILDERS = ("create_sliding_window_causal_mask", "create_chunked_causal_mask")
 
 
 def _accepts(model: PreTrainedModel, name: str) -> bool:
@@ -62,8 +65,8 @@ def attention_layout(model: PreTrainedModel) -> AttentionLayout:
             continue
         if layer_type not in MASKABLE:
             raise UnsupportedModelError(
-                f"{type(model).__name__} has {layer_type!r} layers (recurrent or linear-attention state), which "
-                "speculative decoding cannot roll back per row; decode it without drafter=."
+                f"{type(model).__name__} has {layer_type!r} layers, whose cache (recurrent or convolution state, "
+                "or a sparse index) hf_specdec cannot roll back per row; decode it without drafter=."
             )
         window = None
         if layer_type != "full_attention":
@@ -73,7 +76,27 @@ def attention_layout(model: PreTrainedModel) -> AttentionLayout:
                 f"{type(model).__name__} gives its {layer_type} layers different windows; hf_specdec builds one "
                 "mask per layer type. Decode it without drafter=."
             )
-    return AttentionLayout(windows=windows, by_type=getattr(config, "layer_types", None) is not None)
+    layout = AttentionLayout(windows=windows, by_type=getattr(config, "layer_types", None) is not None)
+    if layout.windowed and not _builds_window_masks(model):
+        raise UnsupportedModelError(
+            f"{type(model).__name__}'s cache keeps only a window of tokens, but its own masks have no window: it "
+            "attends to everything in a multi-token forward and to the window one token at a time, so a "
+            "verification forward cannot match its decoding; decode it without drafter=."
+        )
+    return layout
+
+
+def _builds_window_masks(model: PreTrainedModel) -> bool:
+    """Whether the code of the model (or of its base model) builds windowed masks with transformers' mask
+    builders, so that a multi-token forward windows its attention the way its cache does."""
+    for cls in (type(model), type(model.base_model)):
+        try:
+            source = inspect.getsource(sys.modules[cls.__module__])
+        except (OSError, TypeError, KeyError):
+            return True  # no source to read (compiled, or defined interactively): trust the cache layout
+        if any(builder in source for builder in WINDOW_MASK_BUILDERS):
+            return True
+    return False
 
 
 def _new_cache(model: PreTrainedModel, layout: AttentionLayout) -> DynamicCache:

@@ -6,6 +6,7 @@ what differs and the fix, and returns what the loop needs (the shared vocabulary
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -173,6 +174,7 @@ def check_model_pair(
     """Checks a (target, drafter model) pair and returns the vocabulary width both are scored on."""
     if drafter.config.is_encoder_decoder:
         raise UnsupportedModelError(f"the drafter {type(drafter).__name__} must be a decoder-only causal LM.")
+    check_model_interface(drafter, "drafter")
     check_special_tokens(target, drafter)
     if tokenizer is not None and drafter_tokenizer is not None:
         check_tokenizers(tokenizer, drafter_tokenizer)
@@ -200,6 +202,7 @@ def check_model_pair(
     limit = getattr(drafter.config.get_text_config(), "max_position_embeddings", None)
     if limit is None:
         limit = getattr(drafter.config.get_text_config(), "n_positions", None)
+    limit = None if limit is not None and limit < 0 else limit  # -1 (XLNet): no limit
     if limit is not None and generation_config.max_length is not None and generation_config.max_length > limit:
         raise MaxLengthError(
             f"the request needs {generation_config.max_length} positions (prompt + max_new_tokens) but the "
@@ -207,3 +210,73 @@ def check_model_pair(
             "drafter with longer context."
         )
     return shared
+
+
+def _parameters(module) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(module.forward).parameters)
+
+
+def _has_positional_weights(model: PreTrainedModel) -> bool:
+    """Whether the model encodes positions itself (position embeddings, sinusoids, rotary): what a model
+    that takes no position_ids must then derive from its cache. ALiBi and position-free models have none."""
+    for name, module in model.named_modules():
+        if any(word in type(module).__name__.lower() for word in ("position", "rotary", "sinusoidal")):
+            return True
+        if any(word in name.rsplit(".", 1)[-1].lower() for word in ("position", "wpe", "pos_emb")):
+            return True
+    return False
+
+
+def check_model_interface(model: PreTrainedModel, role: str = "target") -> None:
+    """Refuses models whose forward the loop cannot drive exactly, asking their forward signatures and
+    config: it must keep its state in `past_key_values` (the loop feeds only uncached tokens and rolls
+    the cache back) and honour `attention_mask` (padding and rejected drafts are masked columns)."""
+    name = type(model).__name__
+    if "past_key_values" not in _parameters(model):
+        raise UnsupportedModelError(
+            f"{name} keeps its decoding state outside `past_key_values` (its forward takes none), so speculative "
+            f"decoding cannot roll it back; decode it without drafter= (or use another {role})."
+        )
+    inner = model.base_model
+    if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in _parameters(inner).values()):
+        inner = model.get_decoder()  # a wrapper that passes everything on to the decoder it holds
+    if "attention_mask" not in _parameters(inner):
+        raise UnsupportedModelError(
+            f"{name}'s {type(inner).__name__} takes no attention_mask, so the padding and rejected drafts the "
+            f"loop masks would be attended to; decode it without drafter= (or use another {role})."
+        )
+    if getattr(model.config, "ngram", None):
+        raise UnsupportedModelError(
+            f"{name} decodes {model.config.ngram} n-gram streams that give every token of a cached multi-token "
+            f"forward the same position, so drafts cannot be verified in one forward; decode it without drafter=."
+        )
+
+
+#: Config fields naming the placeholder token a vision-language model puts in input_ids for each image token.
+IMAGE_PLACEHOLDERS = ("image_token_id", "image_token_index")
+
+
+def check_target(model: PreTrainedModel, batch_size: int) -> None:
+    """The target-side checks: the interface (`check_model_interface`), and a batch-size limit for models
+    that place tokens themselves. One kind takes no `position_ids` but encodes positions, deriving them
+    from how many columns its cache holds; another takes images (`pixel_values`) without placeholder
+    tokens in input_ids, keeps them in its cache and widens the padding mask over them on every cached
+    call. In a batch, rows accept different numbers of drafts and the cache gets masked columns, which
+    neither can see, so only a single row is exact."""
+    check_model_interface(model, "target")
+    if batch_size == 1:
+        return
+    name = type(model).__name__
+    parameters = _parameters(model)
+    if "position_ids" not in parameters and _has_positional_weights(model):
+        raise UnsupportedModelError(
+            f"{name} takes no position_ids and derives positions from its cache length, which masked cache "
+            f"columns would shift in a batch of {batch_size}; generate one prompt at a time with drafter=."
+        )
+    config = model.config
+    if "pixel_values" in parameters and not any(getattr(config, field, None) is not None for field in IMAGE_PLACEHOLDERS):
+        raise UnsupportedModelError(
+            f"{name} keeps image tokens in its cache without placeholders in input_ids and widens the padding mask "
+            f"over them, which the masked cache columns of a batch of {batch_size} would misalign; generate one "
+            "prompt at a time with drafter=."
+        )

@@ -15,9 +15,11 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from hf_specdec import compat, pipelines
 from hf_specdec.drafters import resolve_drafter
+from hf_specdec.errors import UnsupportedModelError
 from hf_specdec.loop import speculative_decode
 
 _original_generate = None
+_original_validate_model_kwargs = None
 
 #: Our keywords, popped before generate() sees them (it raises on unknown ones).
 SPEC_KWARGS = ("gamma", "generator", "stats", "drafter_tokenizer")
@@ -56,6 +58,20 @@ def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs
     return generate(target, *args, custom_generate=decode, **kwargs)
 
 
+def _own_generate_error(model) -> UnsupportedModelError:
+    return UnsupportedModelError(
+        f"{type(model).__name__} has its own generate(), which prepares inputs that the drafter= keyword cannot "
+        "reach; decode it without drafter=."
+    )
+
+
+def _validate_model_kwargs(self, model_kwargs: dict[str, Any]):
+    # Reached only when a model's own generate() got our keywords past GenerationMixin.generate.
+    if "drafter" in model_kwargs:
+        raise _own_generate_error(self)
+    return _original_validate_model_kwargs(self, model_kwargs)
+
+
 def _generate(self, *args, drafter=None, **kwargs):
     if drafter is None:
         stray = [name for name in SPEC_KWARGS if name in kwargs]
@@ -67,21 +83,24 @@ def _generate(self, *args, drafter=None, **kwargs):
 
 def install() -> None:
     """Adds the `drafter=` keyword to every model's generate() and text-generation pipeline. Idempotent."""
-    global _original_generate
+    global _original_generate, _original_validate_model_kwargs
     if _original_generate is not None:
         return
     _original_generate = GenerationMixin.generate
+    _original_validate_model_kwargs = GenerationMixin._validate_model_kwargs
     GenerationMixin.generate = functools.wraps(_original_generate)(_generate)
+    GenerationMixin._validate_model_kwargs = functools.wraps(_original_validate_model_kwargs)(_validate_model_kwargs)
     pipelines.install()
 
 
 def uninstall() -> None:
     """Restores transformers' own generate() and pipelines."""
-    global _original_generate
+    global _original_generate, _original_validate_model_kwargs
     if _original_generate is None:
         return
     GenerationMixin.generate = _original_generate
-    _original_generate = None
+    GenerationMixin._validate_model_kwargs = _original_validate_model_kwargs
+    _original_generate = _original_validate_model_kwargs = None
     pipelines.uninstall()
 
 

@@ -1,5 +1,6 @@
 """drafter="prompt_lookup": the n-gram matcher on hand-built sequences, then exactness end to end."""
 
+import functools
 import pytest
 import torch
 
@@ -129,6 +130,7 @@ def test_a_step_without_a_match_feeds_no_draft_columns(target, monkeypatch):
     widths = []
     forward = type(target).forward
 
+    @functools.wraps(forward)  # keeps the signature the compatibility checks read
     def spy(self, *args, **kwargs):
         widths.append(kwargs["input_ids"].shape[1])
         return forward(self, *args, **kwargs)

@@ -1,0 +1,405 @@
+"""Architecture sweep: does `generate(drafter=...)` equal plain greedy `generate()` on every causal-LM type?
+
+Contract: for every model type in `arch_zoo.MODEL_TYPES` (or those named on the command line), builds
+the tiny target and a noisy copy as drafter (`tiny_models.perturbed`, scale 0.1: partial acceptance),
+runs each case of `CASES` both ways (sliding-window models also the 40-token cases, from prompts
+longer than their window of 8; with --stress also a 5-row ragged batch) and classifies the speculative
+run against hf_specdec's guarantee (output equals plain generate(), or a typed SpeculativeError before
+the first forward pass):
+
+    exact                          tokens equal and the drafter really ran
+    drafter ignored                tokens equal but the drafter never ran (generate() did not route
+                                   through hf_specdec, e.g. the model overrides generate())
+    refused before decoding        a SpeculativeError with no forward of the target or drafter yet
+    refused after decoding started a SpeculativeError after some forward (breaks the guarantee)
+    crash                          any other exception (type, message, deepest frame)
+    differs                        tokens differ (first differing row and generated position)
+    plain generate fails           the baseline itself raises: not hf_specdec's bug
+
+Only the public API is used (`import hf_specdec`; generate(drafter=..., gamma=...)). Everything is
+seeded and runs on one CPU thread; each model does a fixed, small amount of work (no timeouts).
+
+    python tests/arch_sweep.py [OUT.json] [--stress] [--table docs/support.md] [--only TYPE ...]
+
+`--table` writes the support table the README links to (one row per model type: exact, exact at batch
+1 only, or refused, with the reason). tests/test_arch_sweep.py runs the same classification as tests.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import json
+import os
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import arch_zoo  # noqa: E402
+import tiny_models  # noqa: E402
+
+GAMMA = 3
+DRAFT_NOISE = 0.1
+SHORT, LONG = 12, 40  # new tokens; LONG goes well past arch_zoo.WINDOW
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    prompt_lengths: tuple[int, ...]  # one per row; rows shorter than the longest are left-padded
+    new_tokens: int
+    sliding_only: bool = False
+    stress: bool = False  # only with --stress
+
+
+# The long cases also start from prompts longer than the window, so the prefill itself is windowed.
+CASES = (
+    Case("b1", (8,), SHORT),
+    Case("b3pad", (10, 6, 3), SHORT),
+    Case("b1_long", (14,), LONG, sliding_only=True),
+    Case("b3pad_long", (14, 9, 4), LONG, sliding_only=True),
+    # --stress: 5 ragged rows for 48 tokens, so rows accept differently for longer and the caches
+    # collect more holes (some position / mask bugs only show then).
+    Case("b5mix", (14, 11, 7, 4, 2), 48, stress=True),
+)
+
+EXACT, IGNORED, REFUSED_BEFORE, REFUSED_AFTER = "exact", "drafter ignored", "refused before decoding", (
+    "refused after decoding started"
+)
+CRASH, DIFFERS, PLAIN_FAILS, SKIPPED = "crash", "differs", "plain generate fails", "skipped (unbuildable)"
+#: Most severe first: a model's overall class is its most severe case.
+SEVERITY = (DIFFERS, CRASH, REFUSED_AFTER, IGNORED, REFUSED_BEFORE, PLAIN_FAILS, EXACT, SKIPPED)
+
+
+def prompts(lengths: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded random prompts of the given lengths, left-padded: (input_ids, attention_mask) [batch, max]."""
+    gen = torch.Generator().manual_seed(1234 + sum(lengths))
+    batch, width = len(lengths), max(lengths)
+    input_ids = torch.full((batch, width), tiny_models.PAD, dtype=torch.long)
+    attention_mask = torch.zeros(batch, width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        input_ids[row, width - length :] = torch.randint(3, tiny_models.VOCAB, (length,), generator=gen)
+        attention_mask[row, width - length :] = 1
+    return input_ids, attention_mask
+
+
+def _frame(error: BaseException, inside: str | None = None) -> str | None:
+    """file:line of the deepest traceback frame (or the deepest one whose path contains `inside`)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if inside is not None:
+        frames = [f for f in frames if inside in f.filename]
+    if not frames:
+        return None
+    frame = frames[-1]
+    path = frame.filename
+    for marker in ("site-packages/", "/work/main/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    return f"{path}:{frame.lineno} ({frame.name})"
+
+
+def _error(error: BaseException) -> dict[str, Any]:
+    return {
+        "type": type(error).__name__,
+        "message": " ".join(str(error).split())[:600],
+        "frame": _frame(error),
+        "hf_specdec_frame": _frame(error, "hf_specdec/"),
+    }
+
+
+class ForwardCounter:
+    """Counts forward() calls of a module with a pre-hook (so "before any forward" is observable)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.calls = 0
+        self.handle = module.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module, args):
+        self.calls += 1
+
+    def remove(self) -> None:
+        self.handle.remove()
+
+
+#: forward() arguments through which models take a cache or recurrent state.
+CACHE_ARGS = ("past_key_values", "cache_params", "state", "mems", "cache", "past_buckets_states")
+
+
+def _is_sliding(model: torch.nn.Module, cache_layers: list[str] | None) -> bool:
+    """A window of WINDOW tokens applies to some layer: sliding / chunked / local layers or cache layers."""
+    cfg = model.config.get_text_config()
+    kinds = list(getattr(cfg, "layer_types", None) or []) + list(getattr(cfg, "attention_layers", None) or [])
+    if any(("sliding" in str(k)) or ("chunked" in str(k)) or (str(k) == "local") for k in kinds):
+        return True
+    if cache_layers and any("Sliding" in name for name in cache_layers):
+        return True
+    return False
+
+
+def _generate_overridden(model: torch.nn.Module) -> str | None:
+    """The class that overrides GenerationMixin.generate (so drafter= may never reach hf_specdec)."""
+    from transformers import GenerationMixin
+
+    for cls in type(model).__mro__:
+        if cls is GenerationMixin:
+            return None
+        if "generate" in cls.__dict__:
+            return cls.__name__
+    return None
+
+
+def describe(model: torch.nn.Module) -> dict[str, Any]:
+    """Static facts about a built model: cache layers, forward signature, windows."""
+    from transformers import DynamicCache
+
+    info: dict[str, Any] = {"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters())}
+    try:
+        info["cache_layers"] = [type(layer).__name__ for layer in DynamicCache(config=model.config).layers]
+    except Exception as error:  # noqa: BLE001
+        info["cache_layers"] = None
+        info["cache_error"] = _error(error)
+    cfg = model.config.get_text_config()
+    info["layer_types"] = list(getattr(cfg, "layer_types", None) or []) or None
+    info["sliding_window"] = getattr(cfg, "sliding_window", None)
+    info["attention_chunk_size"] = getattr(cfg, "attention_chunk_size", None)
+    params = inspect.signature(model.forward).parameters
+    info["forward_has_position_ids"] = "position_ids" in params
+    info["forward_has_logits_to_keep"] = "logits_to_keep" in params
+    # How forward() takes its cache: past_key_values, or a model-specific state argument (or none).
+    info["forward_cache_args"] = [n for n in CACHE_ARGS if n in params]
+    info["generate_overridden_by"] = _generate_overridden(model)
+    info["sliding"] = _is_sliding(model, info["cache_layers"])
+    # The cache a real forward returns (some models keep their own cache class).
+    try:
+        ids, mask = prompts((8,))
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        pkv = getattr(out, "past_key_values", None)
+        info["runtime_cache"] = None if pkv is None else type(pkv).__name__
+        layers = getattr(pkv, "layers", None)
+        info["runtime_cache_layers"] = None if layers is None else [type(layer).__name__ for layer in layers]
+    except Exception as error:  # noqa: BLE001
+        info["runtime_cache"] = None
+        info["runtime_cache_error"] = _error(error)
+    return info
+
+
+def run_case(hf_specdec, target, drafter, case: Case) -> dict[str, Any]:
+    input_ids, mask = prompts(case.prompt_lengths)
+    kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=case.new_tokens)
+    result: dict[str, Any] = {"case": case.name}
+    torch.manual_seed(0)
+    try:
+        with torch.no_grad():
+            plain = target.generate(input_ids, **kwargs)
+    except Exception as error:  # noqa: BLE001
+        result.update(cls=PLAIN_FAILS, error=_error(error))
+        return result
+    if not isinstance(plain, torch.Tensor):
+        plain = plain.sequences
+    result["plain_new_tokens"] = int(plain.shape[1] - input_ids.shape[1])
+
+    counters = [ForwardCounter(target), ForwardCounter(drafter)]
+    torch.manual_seed(0)
+    try:
+        with torch.no_grad():
+            spec = target.generate(input_ids, drafter=drafter, gamma=GAMMA, **kwargs)
+    except hf_specdec.SpeculativeError as error:
+        forwards = sum(c.calls for c in counters)
+        result.update(cls=REFUSED_BEFORE if forwards == 0 else REFUSED_AFTER, error=_error(error))
+        return result
+    except Exception as error:  # noqa: BLE001
+        result.update(cls=CRASH, error=_error(error))
+        return result
+    finally:
+        result["target_forwards"], result["drafter_forwards"] = counters[0].calls, counters[1].calls
+        for counter in counters:
+            counter.remove()
+    if not isinstance(spec, torch.Tensor):
+        spec = spec.sequences
+    result["spec_new_tokens"] = int(spec.shape[1] - input_ids.shape[1])
+
+    if spec.shape == plain.shape and torch.equal(spec, plain):
+        result["cls"] = EXACT if result["drafter_forwards"] > 0 else IGNORED
+        return result
+    # First difference: the earliest generated position in any row (a length mismatch counts at the end
+    # of the shorter output).
+    prompt_len = input_ids.shape[1]
+    width = min(spec.shape[1], plain.shape[1])
+    rows = min(spec.shape[0], plain.shape[0])
+    diff = (spec[:rows, :width] != plain[:rows, :width]).nonzero()
+    if len(diff):
+        pos = int(diff[:, 1].min())
+        row = int(diff[diff[:, 1] == pos][0, 0])
+        first = {"row": row, "position": pos - prompt_len, "plain": int(plain[row, pos]), "spec": int(spec[row, pos])}
+    else:
+        first = {"row": None, "position": width - prompt_len, "plain_len": plain.shape[1], "spec_len": spec.shape[1]}
+    result.update(cls=DIFFERS, first_diff=first, shapes=[list(plain.shape), list(spec.shape)])
+    return result
+
+
+def sweep_model(hf_specdec, model_type: str, stress: bool = False) -> dict[str, Any]:
+    record: dict[str, Any] = {"model_type": model_type}
+    start = time.perf_counter()
+    try:
+        target = arch_zoo.build(model_type, seed=0)
+    except arch_zoo.Unbuildable as error:
+        record.update(overall=SKIPPED, skip_reason=str(error), cases=[])
+        return record
+    except Exception as error:  # noqa: BLE001  (the zoo itself broke: report, do not stop the sweep)
+        record.update(overall=CRASH, zoo_error=_error(error), cases=[])
+        return record
+    drafter = tiny_models.perturbed(target, scale=DRAFT_NOISE, seed=123)
+    record["info"] = describe(target)
+    cases = [c for c in CASES if (not c.sliding_only or record["info"]["sliding"]) and (stress or not c.stress)]
+    record["cases"] = [run_case(hf_specdec, target, drafter, case) for case in cases]
+    record["overall"] = min((c["cls"] for c in record["cases"]), key=SEVERITY.index)
+    record["seconds"] = round(time.perf_counter() - start, 2)
+    return record
+
+
+def _reason(case: dict[str, Any]) -> str:
+    if "error" in case:
+        error = case["error"]
+        # Our failures are located by hf_specdec's deepest frame; the baseline's by the deepest frame.
+        where = error.get("hf_specdec_frame") or error.get("frame")
+        if case["cls"] == PLAIN_FAILS:
+            where = error.get("frame")
+        return f"{error['type']}: {error['message'][:140]} @ {where}"
+    if "first_diff" in case:
+        return f"first diff {case['first_diff']}"
+    return ""
+
+
+def print_table(records: list[dict[str, Any]]) -> None:
+    ran = {c["case"] for rec in records for c in rec["cases"]}
+    names = [c.name for c in CASES if c.name in ran or not c.stress]
+    print(f"{'model_type':26s} " + " ".join(f"{n:>11s}" for n in names) + "  overall / reason")
+    short = {EXACT: "exact", IGNORED: "ignored", REFUSED_BEFORE: "refused", REFUSED_AFTER: "REFUSED-LATE",
+             CRASH: "CRASH", DIFFERS: "DIFFERS", PLAIN_FAILS: "plain-fails", SKIPPED: "skip"}
+    for rec in records:
+        by_case = {c["case"]: c for c in rec["cases"]}
+        cells = " ".join(f"{short[by_case[n]['cls']] if n in by_case else '-':>11s}" for n in names)
+        worst = next((c for c in rec["cases"] if c["cls"] == rec["overall"]), None)
+        reason = rec.get("skip_reason") or (_reason(worst) if worst and rec["overall"] != EXACT else "")
+        print(f"{rec['model_type']:26s} {cells}  {rec['overall']}" + (f" | {reason[:200]}" if reason else ""))
+    counts = collections.Counter(rec["overall"] for rec in records)
+    print("\noverall:", dict(sorted(counts.items(), key=lambda kv: SEVERITY.index(kv[0]))))
+    per_case = collections.Counter(c["cls"] for rec in records for c in rec["cases"])
+    print("per case:", dict(sorted(per_case.items(), key=lambda kv: SEVERITY.index(kv[0]))))
+
+
+def hf_specdec_state(hf_specdec) -> dict[str, Any]:
+    """Which hf_specdec was swept (it is being edited): git HEAD, its dirty files, a hash of its sources."""
+    import hashlib
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(hf_specdec.__file__)))
+    digest = hashlib.sha256()
+    for folder, _, files in sorted(os.walk(os.path.dirname(hf_specdec.__file__))):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as f:
+                    digest.update(name.encode() + f.read())
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+        except Exception:  # noqa: BLE001
+            return ""
+
+    return {"head": git("rev-parse", "--short", "HEAD"), "dirty": git("status", "--short", "--", "hf_specdec"),
+            "sources_sha256": digest.hexdigest()[:16]}
+
+
+def support_row(record: dict[str, Any]) -> tuple[str, str, str]:
+    """(class name, hf_specdec, why) for the support table."""
+    cases = record.get("cases", [])
+    name = record.get("info", {}).get("class", "")
+    if record["overall"] == SKIPPED:
+        return name, "not swept", record.get("skip_reason", "")
+    if record["overall"] == EXACT:
+        return name, "exact", ""
+    if record["overall"] == PLAIN_FAILS:
+        failing = next(c for c in cases if c["cls"] == PLAIN_FAILS)
+        return name, "plain generate() fails", failing["error"]["message"][:160]
+    refused = next((c for c in cases if c["cls"] == REFUSED_BEFORE), None)
+    if refused is not None and all(c["cls"] in (EXACT, REFUSED_BEFORE, PLAIN_FAILS) for c in cases):
+        why = refused["error"]["message"].split(";")[0]
+        single = [c for c in cases if len(next(k for k in CASES if k.name == c["case"]).prompt_lengths) == 1]
+        if single and all(c["cls"] == EXACT for c in single):
+            return name, "exact at batch 1; refused in batches", why
+        return name, "refused", why
+    worst = next(c for c in cases if c["cls"] == record["overall"])
+    return name, f"**{record['overall']}**", _reason(worst)[:160]
+
+
+def write_table(records: list[dict[str, Any]], path: str, versions: str) -> None:
+    counts = collections.Counter(support_row(record)[1] for record in records)
+    lines = [
+        "# Which transformers causal LMs hf_specdec runs",
+        "",
+        f"Generated by `python tests/arch_sweep.py --stress --table {path}` ({versions}): a tiny seeded model of every "
+        "type in transformers' causal-LM mapping, a noisy copy as drafter, greedy `generate(drafter=..., gamma=3)` "
+        "against plain `generate()` alone, in left-padded batches of 3 and a ragged batch of 5, and past the window "
+        "for sliding-window models. *Exact*: every case gave plain generate()'s tokens. *Refused*: a typed "
+        "`UnsupportedModelError` before any forward pass, with the reason below.",
+        "",
+        "Summary: " + ", ".join(f"{count} {label}" for label, count in counts.most_common()) + ".",
+        "",
+        "| model type | class | hf_specdec | why |",
+        "|---|---|---|---|",
+    ]
+    for record in records:
+        name, status, why = support_row(record)
+        lines.append(f"| {record['model_type']} | {name} | {status} | {why.replace('|', '/')} |")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    warnings.filterwarnings("ignore")
+    import transformers
+
+    import hf_specdec
+
+    transformers.logging.set_verbosity_error()
+    out_path, only, table = "/tmp/arch_sweep.json", None, None
+    stress = "--stress" in argv
+    argv = [a for a in argv if a != "--stress"]
+    if "--only" in argv:
+        index = argv.index("--only")
+        only, argv = argv[index + 1 :], argv[:index]
+    if "--table" in argv:
+        index = argv.index("--table")
+        table, argv = argv[index + 1], argv[:index] + argv[index + 2 :]
+    if argv:
+        out_path = argv[0]
+    model_types = only or arch_zoo.MODEL_TYPES
+    records = []
+    for model_type in model_types:
+        record = sweep_model(hf_specdec, model_type, stress=stress)
+        records.append(record)
+        print(f"[{len(records)}/{len(model_types)}] {model_type}: {record['overall']}", file=sys.stderr, flush=True)
+    print_table(records)
+    with open(out_path, "w") as f:
+        json.dump({"transformers": transformers.__version__, "torch": torch.__version__, "gamma": GAMMA,
+                   "hf_specdec": hf_specdec_state(hf_specdec),
+                   "cases": [asdict(c) for c in CASES], "records": records}, f, indent=1, default=str)
+    print(f"\nwrote {out_path}")
+    if table:
+        write_table(records, table, f"transformers {transformers.__version__}, torch {torch.__version__}")
+        print(f"wrote {table}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
