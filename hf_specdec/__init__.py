@@ -4,8 +4,9 @@
     out = target.generate(**inputs, drafter=small_model, gamma=4, max_new_tokens=128)
 """
 
+from hf_specdec.calibration import reset_calibration
 from hf_specdec.dispatch import install, is_installed, uninstall
-from hf_specdec.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from hf_specdec.drafters import Drafter, FeatureDrafter, ModelDrafter, PromptLookupDrafter
 from hf_specdec.errors import (
     CheckpointNotFoundError,
     IncompatibleDrafterError,
@@ -22,11 +23,11 @@ from hf_specdec.errors import (
 )
 from hf_specdec.loading import load_drafter
 from hf_specdec.loop import SpeculativeDecoderOnlyOutput
-from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy
 from hf_specdec.stats import SpeculativeStats
 
 
-def speculative_generate(target, drafter, input_ids=None, gamma: int | str | DraftPolicy = 4, **generate_kwargs):
+def speculative_generate(target, drafter, input_ids=None, gamma: int | str | DraftPolicy | None = None, **generate_kwargs):
     """`target.generate(input_ids, drafter=drafter, gamma=gamma, **generate_kwargs)` without patching
     generate(): same arguments, same return value."""
     from hf_specdec.dispatch import generate_with_drafter
@@ -39,8 +40,10 @@ def speculative_generate(target, drafter, input_ids=None, gamma: int | str | Dra
 install()
 
 __all__ = [
+    "CostAwareDraftPolicy",
     "DraftPolicy",
     "Drafter",
+    "FeatureDrafter",
     "HeuristicDraftPolicy",
     "IncompatibleDrafterError",
     "InvalidGammaError",
@@ -60,6 +63,7 @@ __all__ = [
     "install",
     "is_installed",
     "load_drafter",
+    "reset_calibration",
     "speculative_generate",
     "uninstall",
 ]

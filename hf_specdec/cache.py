@@ -18,13 +18,28 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
-from hf_specdec.drafters.base import TargetFeatures
 from hf_specdec.errors import UnsupportedModelError
 
 #: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
 MASKABLE = ("full_attention", "sliding_attention", "chunked_attention")
 #: transformers' mask builders that apply a window; a windowed model's own code calls one of them.
 WINDOW_MASK_BUILDERS = ("create_sliding_window_causal_mask", "create_chunked_causal_mask")
+
+
+@dataclass
+class TargetFeatures:
+    """The target's hidden states over the tokens one verification forward fed, for drafters that ask.
+
+    Column j of row b holds the hidden states at the token at buffer index `index[b, j]`, the row's
+    token number `positions[b, j]` (0 = its first real token), when `fed[b, j]`; other columns are
+    junk. Only tokens that survive verification (`positions < num_valid`, see `DraftSession.observe`)
+    have states a drafter may keep.
+    """
+
+    hidden: torch.Tensor  # [batch, width, num_layers * hidden] the requested layers, concatenated
+    index: torch.Tensor  # [batch, width] long, buffer index of each column's token
+    positions: torch.Tensor  # [batch, width] long, the token's position within its row
+    fed: torch.Tensor  # [batch, width] bool, the column held one of the row's tokens
 
 
 def _accepts(model: PreTrainedModel, name: str) -> bool:

@@ -21,14 +21,17 @@ from hf_specdec.errors import (
     UnsupportedModelError,
     VocabMismatchError,
 )
-from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy
 
 #: generate() kwargs that pick another decoding strategy and cannot be combined with drafter=.
 CONFLICTING_KWARGS = ("assistant_model", "assistant_tokenizer", "prompt_lookup_num_tokens", "assistant_early_exit")
 
 
 def check_gamma(gamma: Any) -> DraftPolicy:
-    """The DraftPolicy that `gamma=` stands for: a positive int, "auto" or a DraftPolicy instance."""
+    """The DraftPolicy that `gamma=` stands for: None (not given: CostAwareDraftPolicy()), a positive int,
+    "auto" or a DraftPolicy instance."""
+    if gamma is None:
+        return CostAwareDraftPolicy()
     if isinstance(gamma, DraftPolicy):
         return gamma
     if isinstance(gamma, str) and gamma == "auto":

@@ -23,13 +23,14 @@ _original_validate_model_kwargs = None
 
 #: Our keywords, popped before generate() sees them (it raises on unknown ones).
 SPEC_KWARGS = ("gamma", "generator", "stats", "drafter_tokenizer")
-DEFAULT_GAMMA = 4
 
 
 def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs):
     """generate() with `drafter=`; the same arguments as generate() plus SPEC_KWARGS."""
     generate = _original_generate or GenerationMixin.generate
-    gamma = kwargs.pop("gamma", DEFAULT_GAMMA)
+    if type(target).generate is not GenerationMixin.generate:
+        raise _own_generate_error(target)
+    gamma = kwargs.pop("gamma", None)  # None: the cost-aware default policy
     compat.check_gamma(gamma)
     spec = {name: kwargs.pop(name) for name in SPEC_KWARGS[1:] if name in kwargs}
     streamer = kwargs.get("streamer")

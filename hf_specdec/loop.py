@@ -45,7 +45,7 @@ def speculative_decode(
     streamer=None,
     *,
     drafter: Drafter,
-    gamma: int | str | DraftPolicy = 4,
+    gamma: int | str | DraftPolicy | None = None,
     generator: torch.Generator | None = None,
     stats: SpeculativeStats | None = None,
     tokenizer=None,
@@ -58,7 +58,8 @@ def speculative_decode(
         input_ids: [batch, prompt_len] prompts, left-padded (`attention_mask` in `model_kwargs`).
         logits_processor, stopping_criteria, generation_config: as prepared by generate().
         drafter: proposes tokens (see `hf_specdec.drafters`).
-        gamma: drafts per step: an int, "auto" or a DraftPolicy (per-row lengths, confidence stop).
+        gamma: drafts per step: an int, "auto", a DraftPolicy (per-row lengths, confidence stop), or None
+            for the cost-aware default (`CostAwareDraftPolicy`).
         generator: explicit RNG for sampling; the global RNG when None.
         stats: a SpeculativeStats to append this call's rows to.
         tokenizer, drafter_tokenizer: used only for the compatibility check.
@@ -103,7 +104,7 @@ def speculative_decode(
     session = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
     feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
     step_stats = SpeculativeStats.empty(batch, max_gamma)
-    draft_lengths = policy.initial_lengths(batch, device)  # [batch] each row's next draft length
+    schedule = policy.start(model, drafter, batch, device)  # this call's draft lengths (and what it learns)
 
     def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return process_scores(logits_processor, sequences, lengths, scores, rows)
@@ -116,7 +117,7 @@ def speculative_decode(
 
         # 1. Draft: never past max_length (the target's token after the drafts comes for free).
         room = (max_length - lens - 1).clamp_min(0)  # [batch]
-        num_draft = torch.where(active, torch.minimum(draft_lengths, room), 0)  # [batch]
+        num_draft = torch.where(active, torch.minimum(schedule.lengths, room), 0)  # [batch]
         if int(num_draft.max()) > 0:
             ctx = DraftContext(
                 sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process, policy.min_confidence
@@ -146,7 +147,7 @@ def speculative_decode(
             )
         else:
             committed, num_accepted = verify_greedy(draft.tokens, target_scores, num_drafted)
-        draft_lengths = policy.next_lengths(draft_lengths, active, num_drafted, num_accepted)
+        schedule.update(active, num_drafted, num_accepted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
         num_new = torch.where(active, num_accepted + 1, 0)  # [batch]

@@ -1,13 +1,15 @@
-"""How many tokens to draft per step, per row: a fixed gamma, or a length that follows acceptance.
+"""How many tokens to draft per step, per row: a fixed gamma, a length that follows acceptance, or the
+length that maximizes committed tokens per millisecond on the measured costs of this machine.
 
-Contract: a policy is a frozen, validated description, safe to reuse across generate() calls; the
-per-call state is the [batch] tensor of draft lengths the loop holds (`initial_lengths`, then
-`next_lengths` after every verification). A policy decides how many tokens are proposed, never which
-are kept, so it cannot change what is generated, only how fast.
+Contract: a policy is a frozen, validated description, safe to reuse across generate() calls and
+threads; `policy.start(...)` gives each call a `DraftSchedule` holding what the call learns (each row's
+next draft length, acceptance so far). A policy decides how many tokens are proposed, never which are
+kept, so it cannot change what is generated, only how fast.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +44,10 @@ class DraftPolicy:
         _check_int("max_gamma", self.max_gamma, 1)
         if isinstance(self.min_confidence, bool) or not 0.0 <= self.min_confidence <= 1.0:
             raise InvalidGammaError(f"min_confidence must be a probability in [0, 1], got {self.min_confidence!r}.")
+
+    def start(self, target, drafter, batch_size: int, device: torch.device) -> "DraftSchedule":
+        """This call's schedule (`target` and `drafter` are for policies that measure them)."""
+        return DraftSchedule(self, batch_size, device)
 
     def initial_lengths(self, batch_size: int, device: torch.device) -> torch.Tensor:
         """[batch] long: each row's draft length for the first step."""
@@ -94,3 +100,132 @@ class HeuristicDraftPolicy(DraftPolicy):
         step = torch.where(num_accepted == num_drafted, self.increase, -self.decrease)  # [batch]
         return torch.where(drafted, lengths + step, lengths).clamp(1, self.max_gamma)
 
+
+
+class DraftSchedule:
+    """One call's draft lengths: `lengths` [batch] for the next step, `update` after every verification."""
+
+    def __init__(self, policy: DraftPolicy, batch_size: int, device: torch.device):
+        self.policy = policy
+        self.lengths = policy.initial_lengths(batch_size, device)  # [batch] long
+
+    def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        self.lengths = self.policy.next_lengths(self.lengths, active, num_drafted, num_accepted)
+
+
+def expected_tokens(alpha: torch.Tensor, num_drafts: int) -> torch.Tensor:
+    """Tokens a step commits with `num_drafts` drafts when each is accepted with probability `alpha`
+    once the ones before it were: 1 + a + ... + a^k (Leviathan et al.)."""
+    return sum(alpha**i for i in range(num_drafts + 1))
+
+
+def best_draft_length(alpha: torch.Tensor, costs, max_gamma: int, min_gain: float = 0.0) -> int:
+    """The number of drafts k in [0, max_gamma] that maximizes the committed tokens of the rows whose
+    acceptance rates are `alpha` ([rows]) per millisecond: sum(expected_tokens) / (k * draft_ms +
+    verify_ms(k + 1)). A batched forward costs every row the same, so one k serves all rows. k > 0 must
+    beat a plain step (k = 0) by `min_gain` (a fraction) to be chosen."""
+    plain = len(alpha) / costs.verify_ms(1)
+    best, best_rate = 0, plain * (1 + min_gain)
+    for k in range(1, max_gamma + 1):
+        rate = float(expected_tokens(alpha, k).sum()) / (k * costs.draft_ms + costs.verify_ms(k + 1))
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostAwareDraftPolicy(DraftPolicy):
+    """The default when `gamma=` is not given: every step, the draft length (0 = a plain target step) that
+    maximizes committed tokens per millisecond, from each row's acceptance so far and the costs of a
+    drafter step and of target forwards of each width, timed on the user's own models and device.
+
+    Costs are measured once per target, drafter, device, dtype, batch size and torch thread count (a few
+    timed forwards on scratch caches before the first step; `hf_specdec.calibration`) and reused, so two
+    identical calls in one process decide identically. Acceptance is tracked per row as decayed counts
+    (`decay` per step, starting from a prior of `prior_alpha` worth `prior_weight` drafts). After choosing
+    plain steps it drafts one token after `probe_after` of them, and twice as long after each probe that
+    did not pay (at most `max_probe_interval`), so a drafter that becomes useful later is used again.
+
+    Args:
+        max_gamma: most drafts per step considered.
+        min_gain: speculation must beat a plain step by this fraction of its rate (guards against
+            drafting on noise in the measured costs).
+        costs: a `hf_specdec.calibration.StepCosts` to use instead of measuring (pins every decision,
+            across processes too).
+    """
+
+    max_gamma: int = 6
+    min_confidence: float = 0.0
+    min_gain: float = 0.02
+    prior_alpha: float = 0.5
+    prior_weight: float = 2.0
+    decay: float = 0.9
+    probe_after: int = 4
+    max_probe_interval: int = 64
+    costs: object | None = None  # StepCosts
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("min_gain", "prior_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise InvalidGammaError(f"{name} must be a finite number >= 0, got {value!r}.")
+        for name in ("prior_alpha", "decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise InvalidGammaError(f"{name} must be in (0, 1], got {value!r}.")
+        _check_int("probe_after", self.probe_after, 1)
+        _check_int("max_probe_interval", self.max_probe_interval, self.probe_after)
+
+    def widths(self) -> tuple[int, ...]:
+        """Target forward widths to time (others are interpolated): 1 .. 4, then every other."""
+        return tuple(sorted({*range(1, min(self.max_gamma + 1, 4) + 1), *range(5, self.max_gamma + 2, 2), self.max_gamma + 1}))
+
+    def start(self, target, drafter, batch_size: int, device: torch.device) -> "CostAwareSchedule":
+        from hf_specdec.calibration import step_costs
+
+        costs = self.costs if self.costs is not None else step_costs(target, drafter, batch_size, device, self.widths())
+        return CostAwareSchedule(self, costs, batch_size, device)
+
+
+class CostAwareSchedule(DraftSchedule):
+    """CostAwareDraftPolicy's state for one call: decayed per-row acceptance counts and the probe timer."""
+
+    def __init__(self, policy: CostAwareDraftPolicy, costs, batch_size: int, device: torch.device):
+        self.policy, self.costs = policy, costs
+        self.accepted = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed accepted drafts
+        self.rejected = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed rejections
+        self.probe_interval = policy.probe_after
+        self.plain_steps = 0  # plain steps since the last draft
+        self.device = device
+        self.lengths = self._lengths(torch.ones(batch_size, dtype=torch.bool), probing=False)
+
+    def alpha(self) -> torch.Tensor:
+        """[batch] each row's estimated probability that a draft is accepted after accepted ones."""
+        policy = self.policy
+        prior = policy.prior_alpha * policy.prior_weight
+        return (self.accepted + prior) / (self.accepted + self.rejected + policy.prior_weight)
+
+    def _lengths(self, active: torch.Tensor, probing: bool) -> torch.Tensor:
+        rows = active.cpu()
+        k = 0
+        if rows.any():
+            k = best_draft_length(self.alpha()[rows], self.costs, self.policy.max_gamma, self.policy.min_gain)
+            if k == 0 and probing:
+                k = 1
+        return torch.full(rows.shape, k, dtype=torch.long, device=self.device)
+
+    def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        drafted = (active & (num_drafted > 0)).cpu()  # [batch]
+        accepted, num_drafted = num_accepted.cpu().double(), num_drafted.cpu()
+        decay = self.policy.decay
+        # A step is a run of acceptances ended by one rejection, unless every draft was accepted.
+        self.accepted = torch.where(drafted, self.accepted * decay + accepted, self.accepted)
+        self.rejected = torch.where(drafted, self.rejected * decay + (accepted < num_drafted).double(), self.rejected)
+        probed = bool(drafted.any()) and self.plain_steps > 0  # drafts after plain steps: a probe
+        self.plain_steps = 0 if drafted.any() else self.plain_steps + 1
+        self.lengths = self._lengths(active, probing=self.plain_steps >= self.probe_interval)
+        if probed:
+            # A probe that brought drafting back resets the wait; one that did not doubles it.
+            pays = int(self.lengths.max()) > 0
+            self.probe_interval = self.policy.probe_after if pays else min(2 * self.probe_interval, self.policy.max_probe_interval)

@@ -33,7 +33,7 @@ def test_gamma_forms_resolve_to_policies():
     assert check_gamma(policy) is policy
 
 
-@pytest.mark.parametrize("gamma", [0, -1, True, 2.0, "Auto", "4", None, HeuristicDraftPolicy])
+@pytest.mark.parametrize("gamma", [0, -1, True, 2.0, "Auto", "4", HeuristicDraftPolicy])
 def test_invalid_gamma_raises_before_decoding(gamma):
     with pytest.raises(InvalidGammaError, match="gamma must be"):
         check_gamma(gamma)

@@ -84,7 +84,7 @@ def test_stats_object_accumulates_rows_across_calls(target, partial_drafter):
         ids, mask = tiny_models.prompts(2, seed=seed)
         target.generate(ids, attention_mask=mask, max_new_tokens=6, drafter=partial_drafter, stats=stats)
     assert stats.emitted.tolist() == [6, 6, 6, 6]
-    assert stats.accepted_histogram.shape == (4, 5)  # default gamma 4: 0..4 accepted
+    assert stats.accepted_histogram.shape == (4, 7)  # default policy: max_gamma 6, 0..6 accepted
 
 
 def test_sampling_is_reproducible_with_a_generator_and_with_the_global_seed(target, partial_drafter):

@@ -16,6 +16,8 @@ from typing import Callable
 
 import torch
 
+from hf_specdec.cache import TargetFeatures  # noqa: F401  (part of the drafter interface)
+
 
 @dataclass
 class DraftContext:
@@ -63,22 +65,6 @@ class Draft:
         """The draft cut to its first `width` columns (tokens and probs)."""
         probs = None if self.probs is None else self.probs[:, :width]
         return Draft(tokens=self.tokens[:, :width], num_drafted=self.num_drafted, probs=probs)
-
-
-@dataclass
-class TargetFeatures:
-    """The target's hidden states over the tokens one verification forward fed, for drafters that ask.
-
-    Column j of row b holds the hidden states at the token at buffer index `index[b, j]`, the row's
-    token number `positions[b, j]` (0 = its first real token), when `fed[b, j]`; other columns are
-    junk. Only tokens that survive verification (`positions < num_valid`, see `DraftSession.observe`)
-    have states a drafter may keep.
-    """
-
-    hidden: torch.Tensor  # [batch, width, num_layers * hidden] the requested layers, concatenated
-    index: torch.Tensor  # [batch, width] long, buffer index of each column's token
-    positions: torch.Tensor  # [batch, width] long, the token's position within its row
-    fed: torch.Tensor  # [batch, width] bool, the column held one of the row's tokens
 
 
 class DraftSession(ABC):

@@ -1,0 +1,208 @@
+"""The cost-aware default policy: its choices on hand-built acceptance and costs (including drafting
+nothing and probing again), exactness under it, reproducible seeded sampling, one calibration per setting."""
+
+import threading
+
+import pytest
+import torch
+
+import hf_specdec
+import tiny_models
+from hf_specdec import calibration
+from hf_specdec.calibration import StepCosts
+from hf_specdec.policy import CostAwareDraftPolicy, best_draft_length, expected_tokens
+from joint_util import exact_joint, joint_chi_square
+
+# A CPU-like target: every extra scored token costs more (v(2) = 1.5), and a cheap one (flat).
+STEEP = StepCosts(draft_ms=3.0, target_ms={1: 60.0, 2: 90.0, 3: 110.0, 5: 150.0, 7: 190.0})
+FLAT = StepCosts(draft_ms=1.0, target_ms={1: 60.0, 7: 60.0})
+
+
+def test_expected_tokens_is_leviathans_geometric_sum():
+    assert torch.allclose(expected_tokens(torch.tensor([0.5]), 3), torch.tensor([1.875]))
+    assert float(expected_tokens(torch.tensor([1.0]), 4)) == 5.0
+
+
+def test_cheap_verification_and_good_acceptance_drafts_the_most():
+    # alpha 0.8, flat verification: 6 drafts give 3.95 tokens / 66 ms, better than any fewer.
+    assert best_draft_length(torch.tensor([0.8]), FLAT, max_gamma=6) == 6
+
+
+def test_costly_verification_and_poor_acceptance_drafts_nothing():
+    # alpha 0.3: one draft gives 1.3 tokens / 93 ms < 1 token / 60 ms.
+    assert best_draft_length(torch.tensor([0.3]), STEEP, max_gamma=6) == 0
+
+
+def test_the_best_length_balances_acceptance_against_verification_cost():
+    # alpha 0.7 on STEEP: k=1 1.70/93 = .0183, k=2 2.19/116 = .0189, k=3 2.53/139 = .0182 (plain .0167): k = 2.
+    assert best_draft_length(torch.tensor([0.7]), STEEP, max_gamma=6) == 2
+
+
+def test_one_length_serves_the_batch_by_its_total_committed_tokens():
+    # Rows share one forward: with rows at 0.95 and 0, k=4 commits 5.52 tokens in 162 ms (.0341 per ms)
+    # against a plain step's 2 in 60 (.0333); two rows at 0 draft nothing.
+    assert best_draft_length(torch.tensor([0.95, 0.0]), STEEP, max_gamma=6) == 4
+    assert best_draft_length(torch.tensor([0.0, 0.0]), STEEP, max_gamma=6) == 0
+
+
+def test_speculation_must_beat_a_plain_step_by_min_gain():
+    # alpha 0.52, one draft: 1.52 / 91 ms vs 1 / 60 ms is 1.2 % better.
+    costs = StepCosts(draft_ms=1.0, target_ms={1: 60.0, 2: 90.0})
+    assert best_draft_length(torch.tensor([0.52]), costs, max_gamma=1, min_gain=0.0) == 1
+    assert best_draft_length(torch.tensor([0.52]), costs, max_gamma=1, min_gain=0.02) == 0
+
+
+def _schedule(policy, batch=1):
+    return policy.start(None, None, batch, torch.device("cpu"))
+
+
+def _step(schedule, accepted):
+    """One verification step of a batch in which every row accepted `accepted` of its drafts."""
+    drafted = schedule.lengths.clone()
+    active = torch.ones_like(drafted, dtype=torch.bool)
+    schedule.update(active, drafted, torch.minimum(drafted, torch.full_like(drafted, accepted)))
+    return int(drafted.max())
+
+
+def test_a_useless_drafter_is_dropped_then_probed_with_growing_waits():
+    # Verification that costs as much as on a CPU; the prior (alpha 0.7 here) drafts at first.
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4, max_probe_interval=16)
+    schedule = _schedule(policy)
+    lengths = [_step(schedule, accepted=0) for _ in range(60)]
+    assert lengths[0] > 0
+    first_plain = lengths.index(0)
+    assert first_plain <= 3  # a few rejections are enough to stop
+    probes = [i for i in range(first_plain, 60) if lengths[i] > 0]
+    assert all(lengths[i] == 1 for i in probes)  # a probe drafts one token
+    waits = [b - a - 1 for a, b in zip([first_plain - 1, *probes], probes)]
+    assert waits[:4] == [4, 8, 16, 16]  # doubling after each failed probe, capped
+
+
+def test_a_drafter_that_becomes_useful_is_used_again():
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4)
+    schedule = _schedule(policy)
+    before = [_step(schedule, accepted=0) for _ in range(12)]
+    assert before[-1] == 0
+    after = [_step(schedule, accepted=6) for _ in range(24)]  # from now on every draft is accepted
+    assert after[-1] >= 3  # drafting again after a probe, and longer as acceptance builds up
+    assert schedule.probe_interval == policy.probe_after
+
+
+def test_rows_in_a_batch_track_their_own_acceptance():
+    schedule = _schedule(CostAwareDraftPolicy(costs=FLAT), batch=2)  # free verification: it keeps drafting
+    for _ in range(20):
+        drafted = schedule.lengths.clone()
+        schedule.update(torch.tensor([True, True]), drafted, torch.stack([drafted[0], torch.tensor(0)]))
+    alpha = schedule.alpha()
+    assert alpha[0] > 0.8 and alpha[1] < 0.2
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_greedy_output_under_the_default_policy_equals_the_target(target, partial_drafter, unrelated_drafter, batch):
+    input_ids, mask = tiny_models.prompts(batch, seed=20 + batch)
+    expected = target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=24)
+    for drafter in (partial_drafter, unrelated_drafter):
+        out = target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=24, drafter=drafter)
+        assert torch.equal(out, expected)
+    pinned = CostAwareDraftPolicy(costs=STEEP)
+    out = target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=24, drafter=partial_drafter, gamma=pinned)
+    assert torch.equal(out, expected)
+
+
+N = 6000
+
+
+def test_sampling_under_the_policy_follows_the_target_alone_and_in_a_padded_batch():
+    """Chi-square on the exact joint of 3 tokens (temperature 1.2, top-k 6) for two prompts of different
+    lengths, N = 3000 rows each in one left-padded batch of 6000 (and N = 6000 rows of one prompt alone),
+    seed 0, threshold the 0.999 quantile. Costs are pinned so that the policy drafts 1-3 tokens and
+    changes its length as acceptance comes in. Control: prompt A's samples against prompt B's joint fail."""
+    vocab = 10
+    target = tiny_models.llama(seed=0, vocab=vocab, hidden=32)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(0.15)
+    target.generation_config.eos_token_id = None
+    drafter = tiny_models.perturbed(target, scale=0.6, seed=1)
+    policy = CostAwareDraftPolicy(costs=StepCosts(draft_ms=2.0, target_ms={1: 60.0, 2: 66.0, 3: 75.0, 4: 90.0, 7: 160.0}))
+    prompt_a, prompt_b = [1, 5, 7, 3, 5], [1, 8, 2]
+    half = N // 2
+    input_ids = torch.tensor([prompt_a] * half + [[0, 0] + prompt_b] * half)
+    mask = torch.tensor([[1] * 5] * half + [[0, 0, 1, 1, 1]] * half)
+    stats = hf_specdec.SpeculativeStats()
+    out = target.generate(
+        input_ids, attention_mask=mask, do_sample=True, max_new_tokens=3, drafter=drafter, gamma=policy,
+        temperature=1.2, top_k=6, generator=torch.Generator().manual_seed(0), stats=stats,
+    )[:, 5:]
+    assert 0.05 < stats.acceptance_rate < 0.95 and int(stats.drafted.sum()) > 0
+    joint_a = exact_joint(target, torch.tensor([prompt_a]), 3, 1.2, 6)
+    joint_b = exact_joint(target, torch.tensor([prompt_b]), 3, 1.2, 6)
+    for samples, joint in ((out[:half], joint_a), (out[half:], joint_b)):
+        statistic, threshold = joint_chi_square(samples, joint)
+        assert statistic < threshold, (statistic, threshold)
+    statistic, threshold = joint_chi_square(out[:half], joint_b)
+    assert statistic > threshold, (statistic, threshold)
+
+    alone = target.generate(
+        torch.tensor([prompt_a] * N), do_sample=True, max_new_tokens=3, drafter=drafter, gamma=policy,
+        temperature=1.2, top_k=6, generator=torch.Generator().manual_seed(1),
+    )[:, 5:]
+    statistic, threshold = joint_chi_square(alone, joint_a)
+    assert statistic < threshold, (statistic, threshold)
+
+
+@pytest.fixture
+def counted_measurements(monkeypatch):
+    calls = []
+    measure = calibration.measure
+
+    def counting(*args, **kwargs):
+        calls.append(args[2])  # batch size
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "measure", counting)
+    calibration.reset_calibration()
+    yield calls
+    calibration.reset_calibration()
+
+
+def test_seeded_sampling_is_identical_across_two_calls_and_calibrates_once(target, partial_drafter, counted_measurements):
+    input_ids, mask = tiny_models.prompts(2, seed=30)
+    kwargs = dict(attention_mask=mask, do_sample=True, max_new_tokens=24, drafter=partial_drafter, temperature=1.3)
+    first = target.generate(input_ids, generator=torch.Generator().manual_seed(7), **kwargs)
+    second = target.generate(input_ids, generator=torch.Generator().manual_seed(7), **kwargs)
+    assert torch.equal(first, second)
+    assert counted_measurements == [2]  # the first call measured, the second reused it
+    target.generate(input_ids[:1], attention_mask=mask[:1], do_sample=False, max_new_tokens=4, drafter=partial_drafter)
+    assert counted_measurements == [2, 1]  # another batch size is another setting
+    hf_specdec.reset_calibration()
+    target.generate(input_ids[:1], attention_mask=mask[:1], do_sample=False, max_new_tokens=4, drafter=partial_drafter)
+    assert counted_measurements == [2, 1, 1]
+
+
+def test_concurrent_first_calls_measure_once(target, partial_drafter, counted_measurements):
+    input_ids, mask = tiny_models.prompts(3, seed=31)
+    barrier = threading.Barrier(2)
+
+    def call():
+        barrier.wait()
+        target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=8, drafter=partial_drafter)
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counted_measurements == [3]
+
+
+def test_measured_costs_describe_the_models(target, partial_drafter):
+    costs = calibration.measure(target, hf_specdec.ModelDrafter(partial_drafter), 2, torch.device("cpu"), (1, 2, 4))
+    assert [width for width, _ in costs.target_ms] == [1, 2, 4]
+    assert costs.draft_ms > 0 and all(ms > 0 for _, ms in costs.target_ms)
+    assert costs.verify_ms(3) == pytest.approx((costs.verify_ms(2) + costs.verify_ms(4)) / 2)
+
+
+def test_invalid_policy_settings_raise():
+    for kwargs in (dict(decay=0.0), dict(prior_alpha=1.5), dict(min_gain=-1.0), dict(probe_after=0), dict(max_probe_interval=2)):
+        with pytest.raises(hf_specdec.InvalidGammaError):
+            CostAwareDraftPolicy(**kwargs)
