@@ -50,8 +50,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "to draft by copying n-grams of the prompt (no second model)",
     )
     parser.add_argument(
-        "--gamma", type=_gamma, default=4,
-        help="tokens drafted per verification step, or 'auto' to adapt it per prompt to the acceptance (default: 4)",
+        "--gamma", type=_gamma, default=None,
+        help="tokens drafted per verification step; 'auto' adapts it per prompt to the acceptance; default: the "
+        "cost-aware policy, which measures this machine's forwards and drafts only as much as pays (0 when nothing does)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate per prompt (default: 128)")
     parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")

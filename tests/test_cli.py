@@ -61,6 +61,15 @@ def test_entry_point_reads_arguments_file_and_stdin(checkpoints, target, tokeniz
     assert "MatMul8bitLt" not in result.stderr and "Loading weights" not in result.stderr
 
 
+def test_python_dash_m_runs_the_same_command_line(checkpoints, target, tokenizer):
+    result = subprocess.run(
+        [sys.executable, "-m", "hf_specdec", *_args(checkpoints, "--threads", "1", PROMPTS[0])],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [_expected(target, tokenizer, PROMPTS[0])]
+
+
 def test_help_documents_every_option(capsys):
     with pytest.raises(SystemExit) as info:
         main(["generate", "--help"])
