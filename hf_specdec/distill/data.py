@@ -158,7 +158,7 @@ def generate_corpus(
     prompts: Sequence[str],
     *,
     max_new_tokens: int = 192,
-    batch_size: int = 16,
+    batch_size: int = 32,
     sampled_fraction: float = 0.5,
     temperature: float = 0.8,
     top_p: float = 0.95,
@@ -168,13 +168,15 @@ def generate_corpus(
     """Append the target's responses to ``prompts`` to ``path``, skipping prompts already there.
 
     Each prompt is answered greedily, and also sampled for a ``sampled_fraction`` of the prompts
-    (those are chosen by seed). Batches are left-padded; the padding is removed before writing.
-    A batch is flushed to disk as soon as it is done, so an interrupted run resumes where it
-    stopped.
+    (those are chosen by seed). Rows are decoded with continuous batching (`stream_generate`: a row
+    that finishes takes the next prompt), and every response is written as soon as it is done, so an
+    interrupted run resumes where it stopped.
 
     Returns:
         ``path``.
     """
+    from .generation import Sampling, stream_generate
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -183,43 +185,63 @@ def generate_corpus(
     done = _done_keys(path)
     work = [item for item in work if item not in done]
     eos = eos_ids(target, tokenizer)
-    pad_id = tokenizer.pad_token_id
-    if pad_id is None:
-        pad_id = next(iter(eos)) if eos else 0
-    device = next(target.parameters()).device
-    # Same-mode batches: generate() takes one decoding mode per call.
-    batches = []
-    for mode in (True, False):
-        items = [item for item in work if item[1] == mode]
-        batches += [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
     bar = tqdm(total=len(work), desc="target responses", unit="prompt", disable=not progress)
     with open(path, "a") as out:
-        for batch_index, batch in enumerate(batches):
-            greedy = batch[0][1]
-            encoded = [encode_prompt(tokenizer, prompt) for prompt, _ in batch]
-            width = max(len(ids) for ids in encoded)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # [batch, width]
-            attention_mask = torch.zeros_like(input_ids)
-            for row, ids in enumerate(encoded):
-                input_ids[row, width - len(ids) :] = torch.tensor(ids)
-                attention_mask[row, width - len(ids) :] = 1
-            sampling = {} if greedy else dict(temperature=temperature, top_p=top_p, top_k=0)
-            if not greedy:
-                torch.manual_seed(seed * 100_003 + batch_index)
-            output = target.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                max_new_tokens=max_new_tokens,
-                do_sample=not greedy,
-                pad_token_id=pad_id,
-                **sampling,
-            )  # [batch, width + new]
-            for row, ((prompt, _), ids) in enumerate(zip(batch, encoded)):
-                response = _cut_after_eos(output[row, width:].tolist(), eos)
-                line = {"ids": ids + response, "prompt_len": len(ids), "greedy": greedy,
-                        "prompt": prompt}
+        for greedy in (True, False):
+            items = [prompt for prompt, mode in work if mode == greedy]
+            sampling = Sampling() if greedy else Sampling(temperature, top_p)
+            generator = torch.Generator().manual_seed(seed * 100_003 + len(done))
+            encoded = (encode_prompt(tokenizer, prompt) for prompt in items)
+            for index, ids, response in stream_generate(
+                target, encoded, eos_ids=eos, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                sampling=sampling, generator=generator,
+            ):
+                line = {"ids": ids + response, "prompt_len": len(ids), "greedy": greedy, "prompt": items[index]}
                 out.write(json.dumps(line) + "\n")
-            out.flush()
-            bar.update(len(batch))
+                out.flush()
+                bar.update(1)
     bar.close()
     return path
+
+
+@torch.inference_mode()
+def magpie_prompts(
+    target,
+    tokenizer,
+    count: int,
+    *,
+    max_new_tokens: int = 64,
+    min_chars: int = 12,
+    batch_size: int = 64,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[str]:
+    """`count` user requests written by the target itself: sampled after its chat template's user prefix
+    (Magpie), kept when the message ended on its own and has at least `min_chars` characters; distinct.
+    A fixed seed gives the same requests, so a resumed run asks for the same ones."""
+    from .generation import Sampling, magpie_prefix, stream_generate
+
+    prefix = magpie_prefix(tokenizer)
+    eos = eos_ids(target, tokenizer)
+    generator = torch.Generator().manual_seed(seed)
+    found: dict[str, None] = {}
+    bar = tqdm(total=count, desc="magpie prompts", unit="prompt", disable=not progress)
+    while len(found) < count:
+        wanted = 2 * (count - len(found)) + 8  # some are cut off or too short
+        stream = stream_generate(
+            target, (prefix for _ in range(wanted)), eos_ids=eos, max_new_tokens=max_new_tokens,
+            batch_size=batch_size, sampling=Sampling(temperature, top_p), generator=generator,
+        )
+        for _, _, message in stream:
+            if not message or message[-1] not in eos:
+                continue
+            text = tokenizer.decode(message[:-1], skip_special_tokens=True).strip()
+            if len(text) >= min_chars and text not in found:
+                found[text] = None
+                bar.update(1)
+                if len(found) == count:
+                    break
+    bar.close()
+    return list(found)
