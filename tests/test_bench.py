@@ -15,6 +15,8 @@ from hf_specdec.bench import BenchConfig, run_bench
 from hf_specdec.bench import prompts as bench_prompts
 from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha
 from hf_specdec.bench.models import stand_in_drafter
+from hf_specdec.distill.feature_head import build_feature_head
+from hf_specdec.drafters import FeatureDrafter
 from hf_specdec.stats import SpeculativeStats
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
@@ -59,7 +61,9 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
         max_new_tokens=6, num_prompts=3, gammas=(1, 2, 3), batch_sizes=(1, 2), lookup_batch_sizes=(1, 2),
         threads=1, out=tmp_path,
     )
-    results = run_bench(target, drafter, tokenizer, config, progress=False)
+    head = build_feature_head(target, "eagle3", draft_vocab=list(range(len(tokenizer))))
+    results = run_bench(target, drafter, tokenizer, config, progress=False, feature_drafter=FeatureDrafter(head),
+                        feature_source="tiny head")
 
     for name in ("results.json", "results.md", "acceptance_vs_gamma.png", "tokens_per_s_vs_gamma.png",
                  "speedup_vs_batch.png"):
@@ -71,7 +75,7 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     assert "## Gamma sweep" in markdown and "## Leviathan bound" in markdown
 
     sections = results["sections"]
-    assert list(sections) == ["plain", "gamma", "hf", "batch", "bound", "int8", "policy", "lookup"]
+    assert list(sections) == ["plain", "gamma", "hf", "batch", "bound", "default", "feature", "int8", "policy", "lookup"]
     rows = [row for section in sections.values() for row in section.get("rows", [])]
     for row in rows:
         assert row["tokens"] > 0 and row["tokens_per_s"] > 0 and row["speedup"] > 0
@@ -94,7 +98,32 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     assert set(sections["bound"]["verify_ms"]) == {"2", "3", "4"}
     for name in ("int8", "policy", "lookup"):  # int8 may skip with a note when every backend crashes
         assert sections[name].get("rows") or sections[name]["skipped"]
-    assert {goal["mode"] for goal in results["goals"]} == {"greedy", "sampled"}
+    default_rows = sections["default"]["rows"]
+    assert {row["method"] for row in default_rows} == {
+        "hf_specdec, best fixed gamma", "hf_specdec, default", "hf_specdec, default, unrelated drafter"
+    }
+    assert all(row["vs_best_fixed"] > 0 for row in default_rows if row["method"] == "hf_specdec, default")
+    feature_rows = sections["feature"]["rows"]
+    assert {row["gamma"] for row in feature_rows} == {1, 2, 3, 4, "default"}
+    assert 0 <= min(row["alpha"] for row in feature_rows if "alpha" in row) and sections["feature"]["step_cost_ratio"] > 0
+    goals = {goal["goal"] for goal in results["goals"]}
+    assert "feature head step / target step <= 0.08" in goals
+    assert any(goal.startswith("default, unrelated drafter") for goal in goals)
+    assert {goal["mode"] for goal in results["goals"]} == {"greedy", "sampled", "-"}
+
+
+def test_half_precision_runs_report_raw_and_tie_identity(tiny_pair, tmp_path):
+    target, drafter, tokenizer = tiny_pair
+    config = BenchConfig(
+        sections=("plain", "gamma"), modes=("greedy",), max_new_tokens=6, num_prompts=3, gammas=(2,),
+        threads=1, out=tmp_path, dtype="bfloat16",
+    )
+    results = run_bench(target.to(torch.bfloat16), drafter.to(torch.bfloat16), tokenizer, config, progress=False)
+    target.float(), drafter.float()
+    row = results["sections"]["gamma"]["rows"][0]
+    assert row["exact_rows"] <= row["tie_exact_rows"] <= row["num_rows"]
+    markdown = (tmp_path / "results.md").read_text()
+    assert "**bfloat16**" in markdown and "(tie " in markdown
 
 
 def test_leviathan_bound_matches_closed_form_and_limits():

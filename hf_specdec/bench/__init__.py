@@ -46,11 +46,14 @@ def run_bench(
     target_source: str = "in-memory model",
     drafter_source: str = "in-memory model",
     progress: bool = True,
+    feature_drafter=None,
+    feature_source: str | None = None,
 ) -> dict:
     """Runs the sections of `config.sections` (in the order of SECTIONS) and writes the report.
 
     Args:
         target, drafter: causal LMs sharing `tokenizer`'s vocabulary.
+        feature_drafter: a FeatureDrafter for the target (the "feature" section), or None.
         config: what to run; `config.threads` is set for the run and restored after.
         target_source, drafter_source: what the models are, for the report.
         progress: show a tqdm bar of measurements.
@@ -81,7 +84,7 @@ def run_bench(
     sections = {}
     try:
         with tqdm(total=total, desc="hf_specdec bench", unit="run", disable=not progress) as bar:
-            bench = Bench(target, drafter, tokenizer, config, progress=bar)
+            bench = Bench(target, drafter, tokenizer, config, progress=bar, feature_drafter=feature_drafter)
             for name in names:
                 sections[name] = SECTIONS[name].run(bench)
             bar.total = bar.n  # the estimate may be off when sections run out of their usual order
@@ -96,6 +99,7 @@ def run_bench(
             "target_parameters": sum(p.numel() for p in target.parameters()),
             "drafter": drafter_source,
             "drafter_parameters": sum(p.numel() for p in drafter.parameters()),
+            "feature_drafter": feature_source,
         },
         "sections": sections,
     }

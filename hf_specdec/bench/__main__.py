@@ -7,10 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from hf_specdec.bench.models import DEFAULT_DRAFTER
+from hf_specdec.bench.models import DEFAULT_DRAFTER, DEFAULT_FEATURE_DRAFTER
 from hf_specdec.bench.prompts import CHAT_PROMPTS, grounded_prompts
 from hf_specdec.bench.runner import MODES, BenchConfig
 from hf_specdec.bench.sections import SECTIONS
+
+DTYPES = ("float32", "bfloat16")
 
 #: --quick: a smoke run of every section in a few minutes on 2 cores; explicit options still win.
 QUICK = {
@@ -54,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, help=f"timed repeats per measurement, median kept ({defaults.repeats})")
     parser.add_argument("--drafter", help=f"drafter directory (default {DEFAULT_DRAFTER}, or a stand-in while it "
                         "does not exist)")
+    parser.add_argument("--feature-drafter", help=f"EAGLE feature head directory for the feature section (default "
+                        f"{DEFAULT_FEATURE_DRAFTER} when it exists)")
+    parser.add_argument("--dtype", type=_names(DTYPES), default=DTYPES,
+                        help=f"the target's dtypes, comma list, each a run of its own ({','.join(DTYPES)}); with more "
+                        "than one, each writes to OUT/<dtype>/")
     parser.add_argument("--out", type=Path, default=defaults.out, help=f"output directory ({defaults.out}/)")
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -65,10 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.drafter is not None and not Path(args.drafter).is_dir():
         parser.error(f"--drafter {args.drafter}: no such directory")
+    if args.feature_drafter is not None and not Path(args.feature_drafter).is_dir():
+        parser.error(f"--feature-drafter {args.feature_drafter}: no such directory")
     import transformers
+
+    import torch
 
     from hf_specdec.bench import run_bench
     from hf_specdec.bench.models import load_pair
+    from hf_specdec.drafters import resolve_drafter
 
     transformers.logging.set_verbosity_error()  # keep the progress bar readable
     settings = dict(QUICK) if args.quick else {}
@@ -76,17 +88,22 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     drafter_dir = args.drafter or DEFAULT_DRAFTER
-    target, drafter, tokenizer, drafter_source = load_pair(drafter_dir)
-    drafter_path = drafter_dir if Path(drafter_dir).is_dir() else None
-    if drafter_path is None:
-        print(f"warning: drafter is a {drafter_source}", file=sys.stderr)
-    config = BenchConfig(threads=args.threads, out=args.out, drafter_path=drafter_path, **settings)
-    results = run_bench(
-        target, drafter, tokenizer, config, "SmolLM2-135M-Instruct (fp32)", drafter_source, not args.no_progress
-    )
-    print((args.out / "results.md").read_text())
-    for goal in results["goals"]:
-        print(f"{'met ' if goal['met'] else 'MISS'} {goal['goal']} [{goal['mode']}]: {goal['value']:.3f}")
+    feature_dir = args.feature_drafter or (DEFAULT_FEATURE_DRAFTER if Path(DEFAULT_FEATURE_DRAFTER).is_dir() else None)
+    for dtype in args.dtype:
+        target, drafter, tokenizer, drafter_source = load_pair(drafter_dir, getattr(torch, dtype))
+        drafter_path = drafter_dir if Path(drafter_dir).is_dir() else None
+        if drafter_path is None:
+            print(f"warning: drafter is a {drafter_source}", file=sys.stderr)
+        feature = resolve_drafter(feature_dir) if feature_dir is not None else None
+        out = args.out / dtype if len(args.dtype) > 1 else args.out
+        config = BenchConfig(threads=args.threads, out=out, drafter_path=drafter_path, dtype=dtype, **settings)
+        results = run_bench(
+            target, drafter, tokenizer, config, f"SmolLM2-135M-Instruct ({dtype})", drafter_source,
+            not args.no_progress, feature_drafter=feature, feature_source=feature_dir,
+        )
+        print((out / "results.md").read_text())
+        for goal in results["goals"]:
+            print(f"{'met ' if goal['met'] else 'MISS'} {goal['goal']} [{dtype}, {goal['mode']}]: {goal['value']:.3f}")
     return 0
 
 

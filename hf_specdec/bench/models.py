@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM, PreTrainedModel
 
-#: Where the distilled drafter for SmolLM2-135M-Instruct is shipped (relative to the repo root).
+#: Where the distilled drafter and the feature head for SmolLM2-135M-Instruct are shipped (repo root).
 DEFAULT_DRAFTER = "drafters/smollm2-135m-instruct"
+DEFAULT_FEATURE_DRAFTER = "drafters/smollm2-135m-instruct-eagle3"
 
 
 def stand_in_drafter(target: PreTrainedModel, num_layers: int = 2) -> PreTrainedModel:
@@ -34,13 +35,14 @@ def stand_in_drafter(target: PreTrainedModel, num_layers: int = 2) -> PreTrained
     return drafter.eval()
 
 
-def load_pair(drafter_path: str | Path = DEFAULT_DRAFTER):
-    """(target, drafter, tokenizer, drafter_source) for the real benchmark."""
+def load_pair(drafter_path: str | Path = DEFAULT_DRAFTER, dtype: torch.dtype = torch.float32):
+    """(target, drafter, tokenizer, drafter_source) for the real benchmark; the target in `dtype`, the
+    drafter in float32 (the fastest here for a small model on CPU)."""
     from hf_specdec.loading import load_drafter
     from hf_specdec.smollm2 import load_smollm2
 
-    target, tokenizer = load_smollm2(torch.float32)
+    target, tokenizer = load_smollm2(dtype)
     if Path(drafter_path).is_dir():
-        return target, load_drafter(drafter_path), tokenizer, str(drafter_path)
+        return target, load_drafter(drafter_path, dtype=torch.float32), tokenizer, str(drafter_path)
     source = f"stand-in: first 2 of the target's {target.config.num_hidden_layers} layers ({drafter_path} not found)"
     return target, stand_in_drafter(target), tokenizer, source

@@ -9,10 +9,12 @@ the same prompts, seeds and generate() arguments.
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from hf_specdec.bench import prompts as prompt_sets
@@ -20,11 +22,17 @@ from hf_specdec.bench.measure import GenerateFn, Measurement, time_generate
 from hf_specdec.distill.evaluate import step_cost_ms
 
 MODES = ("greedy", "sampled")
+#: In half precision, a row whose first differing token comes after a position where plain generate()'s
+#: own top two logits were closer than this still counts as identical ("tie-identical"); raw identity is
+#: reported beside it. bf16 keeps 8 bits of mantissa: logits near 16 are rounded to 0.0625.
+TIE_TOLERANCE = 0.25
 
 
 @dataclass
 class BenchConfig:
-    sections: tuple[str, ...] = ("plain", "gamma", "hf", "batch", "bound", "int8", "policy", "lookup")
+    sections: tuple[str, ...] = (
+        "plain", "gamma", "hf", "batch", "bound", "default", "feature", "int8", "policy", "lookup",
+    )
     modes: tuple[str, ...] = MODES
     max_new_tokens: int = 128
     num_prompts: int = 16
@@ -38,6 +46,8 @@ class BenchConfig:
     repeats: int = 1
     seed: int = 0
     drafter_path: str | None = None  # on disk, for sections that reload the drafter (int8)
+    dtype: str = "float32"  # the target's, for the report
+    feature_gammas: tuple[int, ...] = (1, 2, 3, 4)
     out: Path = field(default_factory=lambda: Path("bench-results"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,8 +85,11 @@ class Bench:
         tokenizer,
         config: BenchConfig,
         progress=None,
+        feature_drafter=None,
     ):
         self.target, self.drafter, self.tokenizer, self.config = target, drafter, tokenizer, config
+        self.feature_drafter = feature_drafter  # a hf_specdec FeatureDrafter, or None
+        self._unrelated = None
         self.progress = progress  # anything with update(n) and set_postfix_str(s), e.g. tqdm
         eos = target.generation_config.eos_token_id
         eos = [] if eos is None else eos if isinstance(eos, (list, tuple)) else [eos]
@@ -99,8 +112,9 @@ class Bench:
 
         return Method(("plain",), generate)
 
-    def specdec(self, gamma: int | str, drafter: Any = None, label: str = "drafter") -> Method:
-        """hf_specdec with `drafter` (the session's drafter by default) and `gamma` (an int or a policy)."""
+    def specdec(self, gamma: int | str | None, drafter: Any = None, label: str = "drafter") -> Method:
+        """hf_specdec with `drafter` (the session's drafter by default) and `gamma` (an int, a policy, or
+        None for the default policy)."""
         drafter = self.drafter if drafter is None else drafter
 
         def generate(inputs, stats, **kwargs):
@@ -124,6 +138,17 @@ class Bench:
             return self.target.generate(**inputs, prompt_lookup_num_tokens=num_tokens, **kwargs)
 
         return Method(("hf_prompt_lookup", num_tokens), generate)
+
+    @property
+    def unrelated(self) -> PreTrainedModel:
+        """A drafter that knows nothing: the session drafter's architecture with fresh random weights
+        (same vocabulary), for the never-slower-than-plain check."""
+        if self._unrelated is None:
+            torch.manual_seed(self.config.seed)
+            model = type(self.drafter)(self.drafter.config).to(next(self.drafter.parameters()).dtype).eval()
+            model.generation_config = copy.deepcopy(self.drafter.generation_config)
+            self._unrelated = model
+        return self._unrelated
 
     # Measuring ----------------------------------------------------------------------------------
 
@@ -192,7 +217,23 @@ class Bench:
                 exact_rows=sum(a == b for a, b in zip(measured.outputs, baseline.outputs)),
                 num_rows=len(measured.outputs),
             )
+            if next(self.target.parameters()).dtype != torch.float32:
+                row["tie_exact_rows"] = sum(
+                    a == b or self._near_tie(prompt, b, a)
+                    for prompt, a, b in zip(self.prompt_ids[prompts], measured.outputs, baseline.outputs)
+                )
         return row
+
+    @torch.no_grad()
+    def _near_tie(self, prompt: list[int], plain: list[int], other: list[int]) -> bool:
+        """Whether `other` first departs from `plain` right after a position where plain's own top two
+        logits (a full forward of the prompt and plain's tokens) differ by less than TIE_TOLERANCE."""
+        first = next(i for i, (a, b) in enumerate(zip(plain + [None], other + [None])) if a != b)
+        if first >= len(plain):
+            return False
+        ids = torch.tensor([prompt + plain[:first]])
+        top = self.target(input_ids=ids).logits[0, -1].float().topk(2).values
+        return float(top[0] - top[1]) < TIE_TOLERANCE
 
     def gamma_for(self, mode: str) -> int:
         """The sweep's fastest gamma for `mode`, or the configured gamma when the sweep did not run."""

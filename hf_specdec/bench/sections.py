@@ -19,7 +19,7 @@ from transformers import GenerationConfig
 from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha
 from hf_specdec.bench.runner import Bench, BenchConfig
 from hf_specdec.loading import load_drafter
-from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy
 
 Result = dict[str, Any]
 
@@ -117,6 +117,68 @@ def bound(bench: Bench) -> Result:
             "hardware bound: the same with the target's step replaced by its measured (g+1)-token verification "
             "forward, v = verify_ratio (Leviathan et al. take v = 1); its fraction separates the loop's own "
             "overhead from what verifying more tokens costs on this machine.",
+        ],
+    }
+
+
+def default(bench: Bench) -> Result:
+    """6. The cost-aware default (no gamma=) against the sweep's best fixed gamma, at each batch size; and
+    with an unrelated drafter (random weights, same vocabulary) against plain generate()."""
+    rows = []
+    for mode in bench.config.modes:
+        best = bench.gamma_for(mode)
+        for size in bench.config.batch_sizes:
+            fixed = bench.row(bench.specdec(best), mode, size, method="hf_specdec, best fixed gamma", gamma=best)
+            row = bench.row(bench.specdec(None), mode, size, method="hf_specdec, default", gamma="default")
+            row["vs_best_fixed"] = round(row["tokens_per_s"] / fixed["tokens_per_s"], 4)
+            rows += [fixed, row]
+        for size in bench.config.batch_sizes:
+            unrelated = bench.specdec(None, bench.unrelated, "unrelated")
+            rows.append(bench.row(unrelated, mode, size, method="hf_specdec, default, unrelated drafter", gamma="default"))
+    return {
+        "rows": rows,
+        "notes": [
+            f"default = no gamma= (CostAwareDraftPolicy(), max_gamma {CostAwareDraftPolicy().max_gamma}); its costs are "
+            "measured during the warm-up call of each setting.",
+            "The unrelated drafter has the drafter's architecture and vocabulary and fresh random weights: it never "
+            "agrees, so these rows show what the default costs when speculation cannot pay.",
+        ],
+    }
+
+
+def feature(bench: Bench) -> Result:
+    """7. The feature drafter (EAGLE head): fixed gammas and the default policy at batch 1 (and the
+    default at the other batch sizes), per-token alpha, and its step cost against the target's."""
+    if bench.feature_drafter is None:
+        return {"skipped": "no feature drafter (pass --feature-drafter DIR)."}
+    from hf_specdec.calibration import measure
+
+    drafter = bench.feature_drafter
+    costs = measure(bench.target, drafter, 1, bench.target.device, (1,))
+    rows = []
+    for mode in bench.config.modes:
+        sweep = []
+        for g in bench.config.feature_gammas:
+            row = bench.row(bench.specdec(g, drafter, "feature"), mode, method="feature head", gamma=g)
+            row["alpha"] = round(per_token_alpha(bench.run(bench.specdec(g, drafter, "feature"), mode).stats, g), 4)
+            sweep.append(row)
+        best = max(sweep, key=lambda row: row["tokens_per_s"])
+        rows += sweep
+        for size in bench.config.batch_sizes:
+            row = bench.row(bench.specdec(None, drafter, "feature"), mode, size, method="feature head, default",
+                            gamma="default")
+            if size == 1:
+                row["vs_best_fixed"] = round(row["tokens_per_s"] / best["tokens_per_s"], 4)
+            rows.append(row)
+    return {
+        "rows": rows,
+        "head_step_ms": round(costs.draft_ms, 4),
+        "target_step_ms": round(costs.verify_ms(1), 4),
+        "step_cost_ratio": round(costs.draft_ms / costs.verify_ms(1), 4),
+        "notes": [
+            "alpha = per-token acceptance along the decoded path (accepted / (accepted + rejections)) at that gamma.",
+            "head / target step: one drafting step of the head and one 1-token target forward, batch 1, timed by "
+            "hf_specdec.calibration (the loop's own forwards, median of 3).",
         ],
     }
 
@@ -223,6 +285,14 @@ SECTIONS: dict[str, Section] = {
     "hf": Section("transformers assisted generation (batch 1)", hf, lambda c: 2 * len(c.modes)),
     "batch": Section("Batch sizes", batch, lambda c: 2 * len(c.modes) * len(set(c.batch_sizes) - {1})),
     "bound": Section("Leviathan bound", bound, lambda c: 2 + len(c.gammas)),
+    "default": Section(
+        "Default policy (no gamma=) and an unrelated drafter", default,
+        lambda c: len(c.modes) * 3 * len(c.batch_sizes),
+    ),
+    "feature": Section(
+        "Feature drafter (EAGLE head)", feature,
+        lambda c: len(c.modes) * (len(c.feature_gammas) + len(c.batch_sizes)),
+    ),
     "int8": Section("int8 drafter", int8, lambda c: 1 + len(c.modes)),
     "policy": Section("Adaptive gamma policies (batch 1)", policy, lambda c: 3 * len(c.modes)),
     "lookup": Section(
