@@ -1,19 +1,29 @@
-"""`make demo`: speculative decoding of SmolLM2-135M-Instruct with the shipped drafter, side by side
-with plain generate() on the same prompts, in the same run."""
+"""`make demo`: speculative decoding of SmolLM2-135M-Instruct with a shipped drafter, timed side by side with
+plain generate() on the same prompts in the same run.
+
+It loads the target in whichever dtype runs a decoding step faster on this machine, warms both methods
+up (the default policy measures its costs then), times plain and speculative runs interleaved and keeps
+the median of several, prints the policy's choices, and warns when the machine was busy.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
 
 import hf_specdec
+from hf_specdec.calibration import measure
+from hf_specdec.drafters import resolve_drafter
 from hf_specdec.smollm2 import load_smollm2
 
-DRAFTER = Path(__file__).resolve().parent.parent / "drafters" / "smollm2-135m-instruct"
+ROOT = Path(__file__).resolve().parent.parent / "drafters"
+#: The fastest shipped drafter on the benchmark (README, "Latest results"), then the other one.
+DRAFTERS = (ROOT / "smollm2-135m-instruct-eagle3", ROOT / "smollm2-135m-instruct")
 PROMPTS = [
     "Explain why the sky is blue to a ten year old.",
     "Write a short poem about a cat watching the rain.",
@@ -22,45 +32,81 @@ PROMPTS = [
 ]
 
 
+def load_fastest_target():
+    """(target, tokenizer, dtype, ms per decoding step by dtype): SmolLM2 in whichever dtype runs a one-token
+    cached forward faster here (bf16 wins only where the CPU computes in it, e.g. with AMX)."""
+    timings, models = {}, {}
+    for dtype in (torch.float32, torch.bfloat16):
+        model, tok = load_smollm2(dtype)  # a fresh load: casting back and forth would round the fp32 weights
+        costs = measure(model, hf_specdec.PromptLookupDrafter(), 1, torch.device("cpu"), (1,))
+        timings[dtype], models[dtype] = costs.verify_ms(1), model
+    dtype = min(timings, key=timings.get)
+    return models[dtype], tok, dtype, {str(d).removeprefix("torch."): ms for d, ms in timings.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--drafter", default=str(DRAFTER), help="drafter model directory")
-    parser.add_argument("--gamma", type=int, default=1, help="tokens drafted per step (1: best measured for the shipped drafter)")
+    parser.add_argument("--drafter", default=None, help="drafter directory (default: the fastest shipped one)")
+    parser.add_argument("--gamma", type=int, default=None, help="fix the drafts per step (default: the cost-aware policy)")
     parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens generated per prompt")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per prompt and method (median kept)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
 
-    target, tok = load_smollm2()
-    drafter = AutoModelForCausalLM.from_pretrained(args.drafter, dtype=torch.float32).eval()  # bf16 is slower on CPU
-    plain_time = spec_time = 0.0
-    plain_tokens = spec_tokens = 0
+    target, tok, dtype, step_ms = load_fastest_target()
+    drafter_dir = Path(args.drafter) if args.drafter else next(path for path in DRAFTERS if path.is_dir())
+    drafter = resolve_drafter(str(drafter_dir))
     stats = hf_specdec.SpeculativeStats()
-    for prompt in PROMPTS:
-        chat = [{"role": "user", "content": prompt}]
-        inputs = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=False)
+    plain_times, spec_times, ratios, tokens = [], [], [], 0
+    for index, prompt in enumerate(PROMPTS):
+        inputs = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                         return_tensors="pt", return_dict=True)
         prompt_len = inputs["input_ids"].shape[1]
-        kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=False)
 
-        start = time.perf_counter()
-        plain = target.generate(**inputs, **kwargs)
-        plain_time += time.perf_counter() - start
-        start = time.perf_counter()
-        spec = target.generate(**inputs, drafter=drafter, gamma=args.gamma, tokenizer=tok, stats=stats, **kwargs)
-        spec_time += time.perf_counter() - start
-        plain_tokens += plain.shape[1] - prompt_len
-        spec_tokens += spec.shape[1] - prompt_len
+        runs = {
+            "plain": lambda record=None: target.generate(**inputs, **kwargs),
+            "spec": lambda record=None: target.generate(
+                **inputs, drafter=drafter, gamma=args.gamma, tokenizer=tok, **({"stats": record} if record else {}),
+                **kwargs,
+            ),
+        }
+        if index == 0:  # warm-up; the default policy measures its costs here
+            runs["plain"](), runs["spec"]()
+        times, outputs = {"plain": [], "spec": []}, {}
+        for repeat in range(args.repeats):  # interleaved, so a burst of load hits both methods
+            for name, run in runs.items():
+                start = time.perf_counter()
+                outputs[name] = run(stats if repeat == 0 else None)
+                times[name].append(time.perf_counter() - start)
+        plain_times.append(statistics.median(times["plain"]))
+        spec_times.append(statistics.median(times["spec"]))
+        ratios += [p / s for p, s in zip(times["plain"], times["spec"])]
+        tokens += outputs["plain"].shape[1] - prompt_len
+        print(f"\n### {prompt}\n{tok.decode(outputs['spec'][0, prompt_len:], skip_special_tokens=True)}")
+        print(f"[same text as plain generate(): {torch.equal(outputs['plain'], outputs['spec'])}]")
 
-        print(f"\n### {prompt}\n{tok.decode(spec[0, prompt_len:], skip_special_tokens=True)}")
-        print(f"[same text as plain generate(): {torch.equal(plain, spec)}]")
-
+    load_after = os.getloadavg()[0]
+    plain_rate, spec_rate = tokens / sum(plain_times), tokens / sum(spec_times)
+    lengths = stats.draft_lengths.tolist()
     print("\n" + "=" * 72)
-    print(f"drafter: {args.drafter}  gamma={args.gamma}  threads={args.threads}")
+    print(f"target dtype:                 {str(dtype).removeprefix('torch.')} (one decoding step: "
+          + ", ".join(f"{name} {ms:.1f} ms" for name, ms in step_ms.items()) + ")")
+    print(f"drafter:                      {drafter_dir.name} ({type(drafter).__name__})")
+    print(f"policy:                       {'gamma=' + str(args.gamma) if args.gamma else 'cost-aware default'}; steps "
+          "by drafts proposed: " + ", ".join(f"{k}: {n}" for k, n in enumerate(lengths) if n))
     print(f"acceptance rate alpha:        {stats.acceptance_rate:.3f}")
     print(f"tokens per target forward:    {stats.tokens_per_step:.2f}")
-    print(f"plain generate():             {plain_tokens / plain_time:.1f} tokens/s")
-    print(f"generate(drafter=...):        {spec_tokens / spec_time:.1f} tokens/s")
-    print(f"speed-up (same run):          {plain_time / spec_time * spec_tokens / plain_tokens:.2f}x")
+    print(f"plain generate():             {plain_rate:.1f} tokens/s (median of {args.repeats} per prompt)")
+    print(f"generate(drafter=...):        {spec_rate:.1f} tokens/s")
+    print(f"speed-up (same run):          {spec_rate / plain_rate:.2f}x "
+          f"(single runs from {min(ratios):.2f}x to {max(ratios):.2f}x; threads={args.threads})")
+    cpus = os.cpu_count() or 1
+    if max(load_before, load_after) > cpus - args.threads + 0.5:
+        print(f"WARNING: load average {load_before:.1f} -> {load_after:.1f} on {cpus} CPUs: other processes were "
+              "running, so these timings (and the default policy's measured costs) may be off; rerun when idle.")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ class SpeculativeStats:
     """Counters of one or more speculative generate() calls.
 
     Per-row tensors have one entry per row of the batch (rows of later calls are appended by `merge`).
-    `accepted_histogram[b, k]` counts the steps in which row b accepted exactly k drafts.
+    `accepted_histogram[b, k]` counts the steps in which row b accepted exactly k drafts,
+    `drafted_histogram[b, k]` those in which it was proposed k (0: a plain target step).
     """
 
     drafted: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [rows]
@@ -24,6 +25,9 @@ class SpeculativeStats:
     emitted: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [rows]
     steps: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # [rows]
     accepted_histogram: torch.Tensor = field(
+        default_factory=lambda: torch.zeros(0, 1, dtype=torch.long)
+    )  # [rows, max_gamma + 1]
+    drafted_histogram: torch.Tensor = field(
         default_factory=lambda: torch.zeros(0, 1, dtype=torch.long)
     )  # [rows, max_gamma + 1]
     target_forwards: int = 0
@@ -38,6 +42,7 @@ class SpeculativeStats:
             emitted=zeros.clone(),
             steps=zeros.clone(),
             accepted_histogram=torch.zeros(batch_size, max_gamma + 1, dtype=torch.long),
+            drafted_histogram=torch.zeros(batch_size, max_gamma + 1, dtype=torch.long),
         )
 
     def record_step(
@@ -55,10 +60,12 @@ class SpeculativeStats:
         self.steps += active.long()
         rows = active.nonzero().squeeze(1)
         self.accepted_histogram.index_put_((rows, num_accepted[rows]), torch.ones_like(rows), accumulate=True)
+        self.drafted_histogram.index_put_((rows, num_drafted.cpu()[rows]), torch.ones_like(rows), accumulate=True)
 
     def merge(self, other: "SpeculativeStats") -> None:
         """Appends the rows of another call (e.g. the next pipeline batch) and adds its forward counts."""
-        width = max(self.accepted_histogram.shape[1], other.accepted_histogram.shape[1])
+        width = max(self.accepted_histogram.shape[1], other.accepted_histogram.shape[1],
+                    self.drafted_histogram.shape[1], other.drafted_histogram.shape[1])
 
         def widen(hist: torch.Tensor) -> torch.Tensor:
             return torch.nn.functional.pad(hist, (0, width - hist.shape[1]))
@@ -68,6 +75,7 @@ class SpeculativeStats:
         self.emitted = torch.cat([self.emitted, other.emitted])
         self.steps = torch.cat([self.steps, other.steps])
         self.accepted_histogram = torch.cat([widen(self.accepted_histogram), widen(other.accepted_histogram)])
+        self.drafted_histogram = torch.cat([widen(self.drafted_histogram), widen(other.drafted_histogram)])
         self.target_forwards += other.target_forwards
         self.drafter_forwards += other.drafter_forwards
 
@@ -96,12 +104,18 @@ class SpeculativeStats:
         """[max_gamma + 1] steps that accepted exactly k drafts, summed over rows."""
         return self.accepted_histogram.sum(dim=0)
 
+    @property
+    def draft_lengths(self) -> torch.Tensor:
+        """[max_gamma + 1] steps that proposed exactly k drafts (0: plain steps), summed over rows."""
+        return self.drafted_histogram.sum(dim=0)
+
     def summary(self) -> str:
         """One line for logs and the CLI."""
         return (
             f"alpha={self.acceptance_rate:.3f} tokens/target-forward={self.tokens_per_step:.2f} "
             f"emitted={int(self.emitted.sum())} target_forwards={self.target_forwards} "
-            f"drafter_forwards={self.drafter_forwards} accepted_hist={self.histogram.tolist()}"
+            f"drafter_forwards={self.drafter_forwards} accepted_hist={self.histogram.tolist()} "
+            f"drafted_hist={self.draft_lengths.tolist()}"
         )
 
     def to_dict(self) -> dict:
@@ -115,4 +129,5 @@ class SpeculativeStats:
             "emitted": self.emitted.tolist(),
             "steps": self.steps.tolist(),
             "accepted_histogram": self.accepted_histogram.tolist(),
+            "drafted_histogram": self.drafted_histogram.tolist(),
         }

@@ -206,3 +206,16 @@ def test_invalid_policy_settings_raise():
     for kwargs in (dict(decay=0.0), dict(prior_alpha=1.5), dict(min_gain=-1.0), dict(probe_after=0), dict(max_probe_interval=2)):
         with pytest.raises(hf_specdec.InvalidGammaError):
             CostAwareDraftPolicy(**kwargs)
+
+
+def test_with_a_useless_drafter_the_loop_takes_plain_steps_and_probes(target, unrelated_drafter):
+    input_ids, mask = tiny_models.prompts(1, seed=33)
+    stats = hf_specdec.SpeculativeStats()
+    policy = CostAwareDraftPolicy(costs=STEEP, probe_after=4)
+    out = target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=40, drafter=unrelated_drafter,
+                          gamma=policy, stats=stats, eos_token_id=None)
+    assert torch.equal(out, target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=None))
+    lengths = stats.draft_lengths
+    assert int(lengths.sum()) == int(stats.steps.sum())  # one entry per step
+    assert int(lengths[0]) > 30  # mostly plain steps ...
+    assert 0 < int(lengths[1:].sum()) <= 6  # ... and a few probes
