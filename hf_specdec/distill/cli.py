@@ -37,7 +37,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--num-prompts", type=int, default=256,
                         help="template training prompts to answer greedily (default: 256)")
     parser.add_argument("--num-magpie", type=int, default=0,
-                        help="feature: prompts the target writes itself (Magpie) to answer as well (default: 0)")
+                        help="prompts the target writes itself (Magpie: sampled after its chat template's user prefix) to "
+                        "answer as well (default: 0)")
     parser.add_argument("--sampled-fraction", type=float, default=0.5,
                         help="share of the training prompts also answered by sampling, temperature 0.8, "
                         "top-p 0.95 (default: 0.5)")
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     metrics = distill(
         args.target, args.out, data=args.data, eval_data=args.eval_data,
-        extra_data=args.extra_data, num_prompts=args.num_prompts,
+        extra_data=args.extra_data, num_prompts=args.num_prompts, num_magpie=args.num_magpie,
         sampled_fraction=args.sampled_fraction, generate=not args.no_generate,
         max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size,
         num_eval_prompts=args.num_eval_prompts, hidden_size=args.hidden_size,

@@ -137,6 +137,32 @@ def read_records(path: str | Path, eos: Iterable[int] = (EOS_FALLBACK,)) -> list
     return records
 
 
+def length_batches(records: Sequence[Record], batch_tokens: int) -> list[list[int]]:
+    """Indices of `records`, shortest first, grouped so that each group right-padded to its longest record
+    holds at most `batch_tokens` tokens (a longer record gets a group of its own)."""
+    order = sorted(range(len(records)), key=lambda i: len(records[i].ids))
+    groups, start = [], 0
+    while start < len(order):
+        stop = start + 1
+        while stop < len(order) and (stop - start + 1) * len(records[order[stop]].ids) <= batch_tokens:
+            stop += 1
+        groups.append(order[start:stop])
+        start = stop
+    return groups
+
+
+def right_padded(records: Sequence[Record]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), each [records, longest], padded on the right: with a causal mask, pads
+    after a sequence cannot change anything computed for it."""
+    width = max(len(record.ids) for record in records)
+    input_ids = torch.zeros(len(records), width, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, record in enumerate(records):
+        input_ids[row, : len(record.ids)] = torch.tensor(record.ids)
+        attention_mask[row, : len(record.ids)] = 1
+    return input_ids, attention_mask
+
+
 def _done_keys(path: Path) -> set[tuple[str, bool]]:
     if not path.exists():
         return set()

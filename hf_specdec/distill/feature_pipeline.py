@@ -17,21 +17,11 @@ from typing import Sequence
 
 import torch
 
-from .data import build_prompts, eos_ids, generate_corpus, magpie_prompts, read_records
+from .data import read_records
 from .feature_head import build_feature_head, evaluate_feature_head, train_feature_head
 from .features import FeatureStore, extract_features
 from .model import select_vocab_subset
-from .pipeline import METRICS_FILE, default_data_dir, resolve_target
-
-
-def _magpie(target, tokenizer, path: Path, count: int, seed: int, progress: bool) -> list[str]:
-    """The Magpie prompts, kept beside the corpus so a resumed run does not write them again."""
-    cached = json.loads(path.read_text()) if path.exists() else []
-    if len(cached) < count:
-        cached += [p for p in magpie_prompts(target, tokenizer, count - len(cached), seed=seed + len(cached),
-                                             progress=progress) if p not in cached]
-        path.write_text(json.dumps(cached))
-    return cached[:count]
+from .pipeline import METRICS_FILE, prepare_data
 
 
 def head_step_ratio(target, head) -> dict:
@@ -88,35 +78,18 @@ def distill_feature_head(
     Returns:
         the metrics also written to ``out_dir/distill_metrics.json``.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from hf_specdec.eagle import load_feature_head, save_feature_head
 
     torch.manual_seed(seed)
-    target_dir = resolve_target(target_path)
     out_dir = Path(out_dir)
-    tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    tokenizer.padding_side = "left"
-    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    eos = eos_ids(target, tokenizer)
-
     # 1. Data: the target's own responses (appended per prompt, so a rerun resumes).
-    data = Path(data) if data is not None else default_data_dir(out_dir) / "train.jsonl"
-    eval_data = Path(eval_data) if eval_data is not None else data.with_name("eval.jsonl")
-    gen_args = dict(max_new_tokens=max_new_tokens, batch_size=gen_batch_size, seed=seed, progress=progress)
-    started = time.monotonic()
-    if generate:
-        data.parent.mkdir(parents=True, exist_ok=True)
-        prompts = build_prompts("train", seed)[:num_prompts]
-        if num_magpie:
-            prompts += _magpie(target, tokenizer, data.with_suffix(".magpie.json"), num_magpie, seed, progress)
-        generate_corpus(target, tokenizer, data, prompts, sampled_fraction=sampled_fraction, **gen_args)
-    generate_corpus(target, tokenizer, eval_data, build_prompts("eval", seed)[:num_eval_prompts],
-                    sampled_fraction=0.0, **gen_args)
-    generation_minutes = (time.monotonic() - started) / 60
-    corpora = [data, *map(Path, extra_data)]
-    records = [record for path in corpora if path.exists() for record in read_records(path, eos)]
-    eval_records = [r for r in read_records(eval_data, eos) if r.greedy][:num_eval_prompts]
+    prepared = prepare_data(
+        target_path, out_dir, data=data, eval_data=eval_data, extra_data=extra_data, num_prompts=num_prompts,
+        num_magpie=num_magpie, sampled_fraction=sampled_fraction, generate=generate, max_new_tokens=max_new_tokens,
+        gen_batch_size=gen_batch_size, num_eval_prompts=num_eval_prompts, seed=seed, progress=progress,
+    )
+    target, eos, records, eval_records = prepared.target, prepared.eos, prepared.records, prepared.eval_records
+    corpora, eval_data = prepared.corpora, prepared.eval_data
 
     # 2. The head: from an earlier one, or built from the target over the most frequent response tokens.
     num_layers = target.config.get_text_config().num_hidden_layers
@@ -133,7 +106,7 @@ def distill_feature_head(
     started = time.monotonic()
     layers = sorted({*head.feature_layers_for(num_layers), num_layers})
     stores = []
-    for path, part in ((path, [r for r in read_records(path, eos)]) for path in [*corpora, eval_data] if path.exists()):
+    for path, part in ((path, read_records(path, eos)) for path in [*corpora, eval_data] if path.exists()):
         directory = path.with_name(path.name + ".features")
         extract_features(target, part, directory, layers, progress=progress)
         stores.append(FeatureStore(directory))
@@ -169,7 +142,7 @@ def distill_feature_head(
         "train_records": len(records),
         "train_response_tokens": sum(r.response_len for r in records),
         "eval_records": len(eval_records),
-        "generation_minutes": generation_minutes,
+        "generation_minutes": prepared.generation_minutes,
         "feature_minutes": feature_minutes,
         "train_minutes": train_minutes,
         "train_steps": len(losses),

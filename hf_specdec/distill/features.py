@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from .data import Record
+from .data import Record, length_batches, right_padded
 
 MANIFEST = "manifest.json"
 
@@ -47,9 +47,8 @@ def extract_features(
     """Writes the target's hidden states `layers` (indices into `output_hidden_states`) for `records`
     that `directory` does not hold yet. Each record gets a float16 tensor [tokens, len(layers), hidden].
 
-    Sequences are batched by length (right-padded: with a causal mask, padding after a sequence cannot
-    change its states) up to `batch_tokens` tokens a forward, and flushed every `shard_tokens` tokens,
-    so an interrupted run loses at most one shard.
+    Sequences are batched by length (`length_batches`, right-padded) up to `batch_tokens` tokens a forward,
+    and flushed every `shard_tokens` tokens, so an interrupted run loses at most one shard.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -63,7 +62,7 @@ def extract_features(
         key = record_key(record)
         if key not in done:
             todo.setdefault(key, record)
-    order = sorted(todo, key=lambda key: len(todo[key].ids))
+    keys = list(todo)
     device = next(target.parameters()).device
     pending: dict[str, torch.Tensor] = {}
 
@@ -76,29 +75,20 @@ def extract_features(
         (directory / MANIFEST).write_text(json.dumps(manifest))
         pending.clear()
 
-    bar = tqdm(total=sum(len(todo[key].ids) for key in order), desc="target features", unit="tok", disable=not progress)
-    start = 0
-    while start < len(order):
-        stop = start + 1
-        while stop < len(order) and (stop - start + 1) * len(todo[order[stop]].ids) <= batch_tokens:
-            stop += 1
-        batch = [todo[key] for key in order[start:stop]]
-        width = max(len(record.ids) for record in batch)
-        input_ids = torch.zeros(len(batch), width, dtype=torch.long)  # [batch, width]
-        attention_mask = torch.zeros_like(input_ids)
-        for row, record in enumerate(batch):
-            input_ids[row, : len(record.ids)] = torch.tensor(record.ids)
-            attention_mask[row, : len(record.ids)] = 1
+    bar = tqdm(total=sum(len(record.ids) for record in todo.values()), desc="target features", unit="tok",
+               disable=not progress)
+    for group in length_batches([todo[key] for key in keys], batch_tokens):
+        batch = [todo[keys[i]] for i in group]
+        input_ids, attention_mask = right_padded(batch)  # [batch, width]
         hidden_states = target.model(
             input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), output_hidden_states=True
         ).hidden_states
         stacked = torch.stack([hidden_states[layer] for layer in layers], dim=2)  # [batch, width, layers, hidden]
-        for row, (key, record) in enumerate(zip(order[start:stop], batch)):
-            pending[key] = stacked[row, : len(record.ids)].to(torch.float16).cpu().contiguous()
+        for row, (i, record) in enumerate(zip(group, batch)):
+            pending[keys[i]] = stacked[row, : len(record.ids)].to(torch.float16).cpu().contiguous()
         bar.update(sum(len(record.ids) for record in batch))
         if sum(value.shape[0] for value in pending.values()) >= shard_tokens:
             flush()
-        start = stop
     flush()
     bar.close()
     return directory

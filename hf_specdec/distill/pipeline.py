@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from .data import build_prompts, eos_ids, generate_corpus, read_records
+from .data import Record, build_prompts, eos_ids, generate_corpus, magpie_prompts, read_records
 from .evaluate import evaluate_agreement, step_cost_ms
 from .model import build_drafter, grow_drafter, select_vocab_subset, vocab_subset_of
 from .teacher import load_or_compute_topk
@@ -35,6 +36,83 @@ def default_data_dir(out_dir: str | Path) -> Path:
     return out_dir.with_name(out_dir.name + "-data")
 
 
+def _magpie(target, tokenizer, path: Path, count: int, seed: int, progress: bool) -> list[str]:
+    """The Magpie prompts, kept beside the corpus so a resumed run does not write them again."""
+    cached = json.loads(path.read_text()) if path.exists() else []
+    if len(cached) < count:
+        cached += [p for p in magpie_prompts(target, tokenizer, count - len(cached), seed=seed + len(cached),
+                                             progress=progress) if p not in cached]
+        path.write_text(json.dumps(cached))
+    return cached[:count]
+
+
+@dataclass
+class Prepared:
+    """The target, its tokenizer (left padding; `padding_side` was its own) and the data both kinds train on."""
+
+    target: torch.nn.Module
+    tokenizer: object
+    padding_side: str
+    eos: set[int]
+    corpora: list[Path]  # the generated corpus first, then the extra ones
+    per_corpus: list[list[Record]]
+    eval_data: Path
+    eval_records: list[Record]
+    generation_minutes: float
+
+    @property
+    def records(self) -> list[Record]:
+        return [record for part in self.per_corpus for record in part]
+
+
+def prepare_data(
+    target_path: str | Path,
+    out_dir: Path,
+    *,
+    data: str | Path | None,
+    eval_data: str | Path | None,
+    extra_data: Sequence[str | Path],
+    num_prompts: int | None,
+    num_magpie: int,
+    sampled_fraction: float,
+    generate: bool,
+    max_new_tokens: int,
+    gen_batch_size: int,
+    num_eval_prompts: int,
+    seed: int,
+    progress: bool,
+) -> Prepared:
+    """Loads the target and generates (or reuses) the responses to train and to measure on: template prompts
+    and `num_magpie` prompts the target writes itself, appended per prompt so a rerun resumes; held-out
+    greedy responses to prompts whose templates and topics are not in the training ones."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target_dir = resolve_target(target_path)
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+    eos = eos_ids(target, tokenizer)
+    data = Path(data) if data is not None else default_data_dir(out_dir) / "train.jsonl"
+    eval_data = Path(eval_data) if eval_data is not None else data.with_name("eval.jsonl")
+    gen_args = dict(max_new_tokens=max_new_tokens, batch_size=gen_batch_size, seed=seed, progress=progress)
+    started = time.monotonic()
+    if generate:
+        data.parent.mkdir(parents=True, exist_ok=True)
+        prompts = build_prompts("train", seed)[:num_prompts]
+        if num_magpie:
+            prompts += _magpie(target, tokenizer, data.with_suffix(".magpie.json"), num_magpie, seed, progress)
+        generate_corpus(target, tokenizer, data, prompts, sampled_fraction=sampled_fraction, **gen_args)
+    generate_corpus(target, tokenizer, eval_data, build_prompts("eval", seed)[:num_eval_prompts],
+                    sampled_fraction=0.0, **gen_args)
+    corpora = [data, *map(Path, extra_data)]
+    return Prepared(
+        target=target, tokenizer=tokenizer, padding_side=padding_side, eos=eos, corpora=corpora,
+        per_corpus=[read_records(path, eos) if path.exists() else [] for path in corpora], eval_data=eval_data,
+        eval_records=[r for r in read_records(eval_data, eos) if r.greedy][:num_eval_prompts],
+        generation_minutes=(time.monotonic() - started) / 60,
+    )
+
+
 def distill(
     target_path: str | Path,
     out_dir: str | Path,
@@ -43,10 +121,11 @@ def distill(
     eval_data: str | Path | None = None,
     extra_data: Sequence[str | Path] = (),
     num_prompts: int | None = 256,
+    num_magpie: int = 0,
     sampled_fraction: float = 0.5,
     generate: bool = True,
     max_new_tokens: int = 192,
-    gen_batch_size: int = 16,
+    gen_batch_size: int = 32,
     num_eval_prompts: int = 24,
     hidden_size: int = 180,
     num_layers: int = 2,
@@ -75,6 +154,7 @@ def distill(
             prompts whose topics are not in the training prompts when missing or short.
         extra_data: more corpora (same JSONL format) to train on as they are, e.g. an earlier run's.
         num_prompts: training prompts to answer greedily; None for all.
+        num_magpie: prompts the target writes itself (Magpie) to answer as well.
         sampled_fraction: share of those prompts also answered by sampling.
         generate: False to use ``data`` as it is.
         init_layers: target layers projected into the drafter as its layers (else ``num_layers``
@@ -88,33 +168,19 @@ def distill(
     Returns:
         the metrics also written to ``out_dir/distill_metrics.json``.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    target_dir = resolve_target(target_path)
     out_dir = Path(out_dir)
-    tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    eos = eos_ids(target, tokenizer)
-
     # 1. data: the target's own responses (resumable: done prompts are skipped)
-    data = Path(data) if data is not None else default_data_dir(out_dir) / "train.jsonl"
-    eval_data = Path(eval_data) if eval_data is not None else data.with_name("eval.jsonl")
-    gen_args = dict(max_new_tokens=max_new_tokens, batch_size=gen_batch_size, seed=seed, progress=progress)
-    started = time.monotonic()
-    if generate:
-        prompts = build_prompts("train", seed)
-        generate_corpus(
-            target, tokenizer, data, prompts[:num_prompts], sampled_fraction=sampled_fraction, **gen_args
-        )
-    eval_prompts = build_prompts("eval", seed)[:num_eval_prompts]
-    generate_corpus(target, tokenizer, eval_data, eval_prompts, sampled_fraction=0.0, **gen_args)
-    generation_minutes = (time.monotonic() - started) / 60
-    corpora = [data, *map(Path, extra_data)]
-    per_corpus = [read_records(path, eos) for path in corpora]
-    records = [record for part in per_corpus for record in part]
-    eval_records = [r for r in read_records(eval_data, eos) if r.greedy][:num_eval_prompts]
+    prepared = prepare_data(
+        target_path, out_dir, data=data, eval_data=eval_data, extra_data=extra_data, num_prompts=num_prompts,
+        num_magpie=num_magpie, sampled_fraction=sampled_fraction, generate=generate, max_new_tokens=max_new_tokens,
+        gen_batch_size=gen_batch_size, num_eval_prompts=num_eval_prompts, seed=seed, progress=progress,
+    )
+    target, tokenizer, eos = prepared.target, prepared.tokenizer, prepared.eos
+    corpora, per_corpus, records = prepared.corpora, prepared.per_corpus, prepared.records
+    eval_data, eval_records, generation_minutes = prepared.eval_data, prepared.eval_records, prepared.generation_minutes
 
     # 2. soft labels, computed once per corpus and cached beside it
     teacher = None
@@ -177,7 +243,7 @@ def distill(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     drafter.to(save_dtype).save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.padding_side = padding_side
+    tokenizer.padding_side = prepared.padding_side
     tokenizer.save_pretrained(out_dir)
     (out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics

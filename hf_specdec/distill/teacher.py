@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from .data import Record
+from .data import Record, length_batches, right_padded
 
 
 def teacher_cache_path(corpus: str | Path, k: int) -> Path:
@@ -44,35 +44,23 @@ def compute_topk(
     device, dtype = param.device, param.dtype
     body = target.get_decoder().to(body_dtype)
     head_weight = target.get_output_embeddings().weight.float()  # [vocab, hidden]
-    order = sorted(range(len(records)), key=lambda i: len(records[i].ids))
     out_ids: list[torch.Tensor | None] = [None] * len(records)
     out_logits: list[torch.Tensor | None] = [None] * len(records)
     bar = tqdm(total=len(records), desc="teacher top-k", unit="seq", disable=not progress)
     try:
-        start = 0
-        while start < len(order):
-            stop = start + 1
-            while stop < len(order) and (stop - start + 1) * len(records[order[stop]].ids) <= batch_tokens:
-                stop += 1
-            batch = [records[i] for i in order[start:stop]]
-            width = max(len(r.ids) for r in batch)
-            # Right padding: with a causal mask, pads after a sequence cannot change its logits.
-            input_ids = torch.zeros(len(batch), width, dtype=torch.long)  # [batch, width]
-            attention_mask = torch.zeros_like(input_ids)
-            for row, record in enumerate(batch):
-                input_ids[row, : len(record.ids)] = torch.tensor(record.ids)
-                attention_mask[row, : len(record.ids)] = 1
+        for group in length_batches(records, batch_tokens):
+            batch = [records[i] for i in group]
+            input_ids, attention_mask = right_padded(batch)  # [batch, width]
             hidden = body(
                 input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)
             ).last_hidden_state  # [batch, width, hidden]
-            for row, (index, record) in enumerate(zip(order[start:stop], batch)):
+            for row, (index, record) in enumerate(zip(group, batch)):
                 positions = slice(record.prompt_len - 1, len(record.ids) - 1)
                 logits = hidden[row, positions].float() @ head_weight.T  # [response_len, vocab]
                 values, ids = logits.topk(k, dim=-1)
                 out_ids[index] = ids.to(torch.int32).cpu()
                 out_logits[index] = values.to(torch.float16).cpu()
             bar.update(len(batch))
-            start = stop
     finally:
         target.get_decoder().to(dtype)
         bar.close()
