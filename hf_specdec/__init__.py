@@ -5,6 +5,7 @@
 """
 
 from hf_specdec.calibration import reset_calibration
+from hf_specdec.cpu import pack_linears, unpack_linears
 from hf_specdec.dispatch import install, is_installed, uninstall
 from hf_specdec.drafters import Drafter, FeatureDrafter, ModelDrafter, PromptLookupDrafter
 from hf_specdec.errors import (
@@ -63,7 +64,9 @@ __all__ = [
     "install",
     "is_installed",
     "load_drafter",
+    "pack_linears",
     "reset_calibration",
     "speculative_generate",
     "uninstall",
+    "unpack_linears",
 ]

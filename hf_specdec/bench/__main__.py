@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", type=_names(DTYPES), default=DTYPES,
                         help=f"the target's dtypes, comma list, each a run of its own ({','.join(DTYPES)}); with more "
                         "than one, each writes to OUT/<dtype>/")
+    parser.add_argument("--pack-linears", action="store_true",
+                        help="run the target with hf_specdec.pack_linears (oneDNN-packed float32 Linear weights; plain "
+                        "generate() uses them too)")
     parser.add_argument("--out", type=Path, default=defaults.out, help=f"output directory ({defaults.out}/)")
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hf_specdec.bench import run_bench
     from hf_specdec.bench.models import load_pair
+    from hf_specdec.cpu import pack_linears
     from hf_specdec.drafters import resolve_drafter
 
     transformers.logging.set_verbosity_error()  # keep the progress bar readable
@@ -95,10 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         if drafter_path is None:
             print(f"warning: drafter is a {drafter_source}", file=sys.stderr)
         feature = resolve_drafter(feature_dir) if feature_dir is not None else None
+        packed = args.pack_linears and pack_linears(target) > 0
         out = args.out / dtype if len(args.dtype) > 1 else args.out
         config = BenchConfig(threads=args.threads, out=out, drafter_path=drafter_path, dtype=dtype, **settings)
         results = run_bench(
-            target, drafter, tokenizer, config, f"SmolLM2-135M-Instruct ({dtype})", drafter_source,
+            target, drafter, tokenizer, config,
+            f"SmolLM2-135M-Instruct ({dtype}{', oneDNN-packed linears' if packed else ''})", drafter_source,
             not args.no_progress, feature_drafter=feature, feature_source=feature_dir,
         )
         print((out / "results.md").read_text())
