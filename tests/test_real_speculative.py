@@ -72,3 +72,36 @@ def test_greedy_equality_on_a_padded_batch_of_four(pair):
     expected = target.generate(**inputs, max_new_tokens=40, do_sample=False)
     out = target.generate(**inputs, max_new_tokens=40, do_sample=False, drafter=drafter, gamma=4, tokenizer=tokenizer)
     assert torch.equal(out, expected)
+
+
+FEATURE_HEAD = DRAFTER.parent / "smollm2-135m-instruct-eagle3"
+
+
+@pytest.fixture(scope="module")
+def feature_drafter(pair):
+    from hf_specdec.drafters import resolve_drafter
+
+    if not FEATURE_HEAD.is_dir():
+        pytest.skip(f"{FEATURE_HEAD} is not there yet")
+    return resolve_drafter(str(FEATURE_HEAD))
+
+
+def test_shipped_feature_head_passes_the_checks_and_loads_as_published(pair, feature_drafter):
+    target, _, tokenizer = pair
+    assert isinstance(feature_drafter, hf_specdec.FeatureDrafter) and feature_drafter.head.kind == "eagle3"
+    assert feature_drafter.check_compatible(target, target.generation_config, tokenizer) == target.config.vocab_size
+    assert feature_drafter.feature_layers(target) == (2, 15, 27)  # EAGLE-3's default for 30 layers
+
+
+@pytest.mark.parametrize("gamma", [3, None])
+def test_feature_head_greedy_equality_alone_and_in_a_padded_batch(pair, feature_drafter, gamma):
+    target, _, tokenizer = pair
+    stats = hf_specdec.SpeculativeStats()
+    for texts in ([CHATS[0]], [CHATS[1]], CHATS):
+        inputs = _chats(tokenizer, texts)
+        expected = target.generate(**inputs, max_new_tokens=40, do_sample=False)
+        out = target.generate(**inputs, max_new_tokens=40, do_sample=False, drafter=feature_drafter, gamma=gamma,
+                              stats=stats)
+        assert torch.equal(out, expected), texts
+    if gamma is not None:
+        assert stats.acceptance_rate > 0.3  # the head agrees far more often than the independent drafter

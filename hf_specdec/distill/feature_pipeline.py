@@ -115,13 +115,15 @@ def distill_feature_head(
         store.tensors.update(other.tensors)
     feature_minutes = (time.monotonic() - started) / 60
 
-    # 4. Train, measuring and saving as it goes.
+    # 4. Train, measuring and saving as it goes (a run stopped early leaves its last head and history).
     history = []
 
     def checkpoint(step: int, losses: list[float]) -> None:
         agreement = evaluate_feature_head(head, target, eval_records, store, depth=gamma)
-        history.append({"step": step, "loss": sum(losses[-50:]) / len(losses[-50:]), **agreement.as_dict()})
+        history.append({"step": step, "loss": sum(losses[-50:]) / len(losses[-50:]), **agreement.as_dict(),
+                        "minutes": (time.monotonic() - started) / 60})
         save_feature_head(head, out_dir)
+        (out_dir / METRICS_FILE).write_text(json.dumps({"partial": True, "history": history}, indent=2) + "\n")
 
     started = time.monotonic()
     losses = train_feature_head(
