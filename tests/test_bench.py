@@ -59,7 +59,7 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     target, drafter, tokenizer = tiny_pair
     config = BenchConfig(
         max_new_tokens=6, num_prompts=3, gammas=(1, 2, 3), batch_sizes=(1, 2), lookup_batch_sizes=(1, 2),
-        threads=1, out=tmp_path,
+        threads=1, out=tmp_path, datagen_batch_size=2,
     )
     head = build_feature_head(target, "eagle3", draft_vocab=list(range(len(tokenizer))))
     results = run_bench(target, drafter, tokenizer, config, progress=False, feature_drafter=FeatureDrafter(head),
@@ -75,8 +75,12 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     assert "## Gamma sweep" in markdown and "## Leviathan bound" in markdown
 
     sections = results["sections"]
-    assert list(sections) == ["plain", "gamma", "hf", "batch", "bound", "default", "feature", "int8", "policy", "lookup"]
-    rows = [row for section in sections.values() for row in section.get("rows", [])]
+    assert list(sections) == ["plain", "gamma", "hf", "batch", "bound", "default", "feature", "int8", "datagen", "policy", "lookup"]
+    assert {row["method"] for row in sections["datagen"]["rows"]} == {
+        "stream_generate (continuous batching)", "generate() (static batches)"
+    }
+    assert all(row["tokens_per_s"] > 0 for row in sections["datagen"]["rows"])
+    rows = [row for name, section in sections.items() if name != "datagen" for row in section.get("rows", [])]
     for row in rows:
         assert row["tokens"] > 0 and row["tokens_per_s"] > 0 and row["speedup"] > 0
         assert 0 <= row.get("acceptance_rate", 0) <= 1

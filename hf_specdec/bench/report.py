@@ -46,6 +46,9 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens_per_s", "tokens/s"),
         ("speedup", "vs plain"), ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"),
     ],
+    "datagen": [
+        ("method", "method"), ("batch_size", "batch"), ("tokens", "tokens"), ("seconds", "s"), ("tokens_per_s", "tokens/s"),
+    ],
     "int8": [
         ("mode", "mode"), ("method", "method"), ("gamma", "gamma"), ("drafter_step_ms", "drafter step ms"),
         ("cost_ratio", "c"), ("acceptance_rate", "acceptance"), ("tokens_per_s", "tokens/s"),

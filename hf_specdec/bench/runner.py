@@ -31,7 +31,7 @@ TIE_TOLERANCE = 0.25
 @dataclass
 class BenchConfig:
     sections: tuple[str, ...] = (
-        "plain", "gamma", "hf", "batch", "bound", "default", "feature", "int8", "policy", "lookup",
+        "plain", "gamma", "hf", "batch", "bound", "default", "feature", "int8", "datagen", "policy", "lookup",
     )
     modes: tuple[str, ...] = MODES
     max_new_tokens: int = 128
@@ -48,6 +48,7 @@ class BenchConfig:
     drafter_path: str | None = None  # on disk, for sections that reload the drafter (int8)
     dtype: str = "float32"  # the target's, for the report
     feature_gammas: tuple[int, ...] = (1, 2, 3, 4)
+    datagen_batch_size: int = 32
     out: Path = field(default_factory=lambda: Path("bench-results"))
 
     def to_dict(self) -> dict[str, Any]:

@@ -183,6 +183,42 @@ def feature(bench: Bench) -> Result:
     }
 
 
+def datagen(bench: Bench) -> Result:
+    """8. Data generation for distillation: the distill tool's continuous batching (`stream_generate`) against
+    transformers' generate() on static left-padded batches, greedy, same prompts and batch size."""
+    import time
+
+    import torch
+
+    from hf_specdec.distill.data import build_prompts, encode_prompt
+    from hf_specdec.distill.generation import stream_generate
+
+    size, new_tokens = bench.config.datagen_batch_size, bench.config.max_new_tokens
+    prompts = [encode_prompt(bench.tokenizer, p) for p in build_prompts("train")[: 2 * size]]
+    rows = []
+    start = time.perf_counter()
+    generated = sum(len(response) for _, _, response in stream_generate(
+        bench.target, prompts, eos_ids=bench.eos_ids, max_new_tokens=new_tokens, batch_size=size))
+    seconds = time.perf_counter() - start
+    rows.append({"method": "stream_generate (continuous batching)", "batch_size": size, "tokens": generated,
+                 "seconds": round(seconds, 2), "tokens_per_s": round(generated / seconds, 2)})
+    start, generated = time.perf_counter(), 0
+    from hf_specdec.bench.prompts import batches
+
+    for inputs in batches(prompts, size, bench.pad_token_id):
+        out = bench.target.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, pad_token_id=bench.pad_token_id)
+        for row in out[:, inputs["input_ids"].shape[1] :].tolist():
+            generated += next((i + 1 for i, token in enumerate(row) if token in bench.eos_ids), len(row))
+    seconds = time.perf_counter() - start
+    rows.append({"method": "generate() (static batches)", "batch_size": size, "tokens": generated,
+                 "seconds": round(seconds, 2), "tokens_per_s": round(generated / seconds, 2)})
+    bench._tick()
+    return {"rows": rows, "notes": [
+        f"{2 * size} of the distill tool's template prompts, greedy, up to {new_tokens} new tokens, batches of {size}; "
+        "tokens = generated tokens up to each row's first EOS. Issue 9's goal: >= 1,000 tokens/s on 2 cores."
+    ]}
+
+
 def _int8_probe(path: str, quantization: str) -> str | None:
     """Loads the int8 drafter at `path` and runs one forward in a child process; returns why it failed,
     or None. Quantized CPU kernels can segfault on some shapes, which no `except` in this process catches."""
@@ -294,6 +330,7 @@ SECTIONS: dict[str, Section] = {
         lambda c: len(c.modes) * (len(c.feature_gammas) + len(c.batch_sizes)),
     ),
     "int8": Section("int8 drafter", int8, lambda c: 1 + len(c.modes)),
+    "datagen": Section("Data generation for distillation (tokens/s)", datagen, lambda c: 1),
     "policy": Section("Adaptive gamma policies (batch 1)", policy, lambda c: 3 * len(c.modes)),
     "lookup": Section(
         "Prompt lookup",
