@@ -287,6 +287,33 @@ class CachedModel:
         if width > int(self.valid.sum(dim=1).max()) + slack:
             self.compact()
 
+    def splice(self, rows: torch.Tensor, other: "CachedModel") -> None:
+        """Gives `rows` ([n] long) of this cache the contents of `other`, a cache of the same model over n
+        rows (row i of `other` becomes row rows[i]; those rows must hold no live columns). The columns
+        arrive appended at the right end, masked for every other row: a prefill done on n rows joins a
+        running batch without the batch computing it."""
+        if bool(self.valid[rows].any()):
+            raise ValueError("splice needs rows without live columns; roll them back to 0 first.")
+        width, extra = self.valid.shape[1], other.valid.shape[1]
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            if getattr(theirs, "keys", None) is None:
+                continue
+            if not mine.is_initialized:
+                mine.lazy_initialization(theirs.keys, theirs.values)
+            for name in ("keys", "values"):
+                source = getattr(theirs, name)  # [n, heads, extra, dim]
+                target = getattr(mine, name)
+                if target.numel() == 0:  # nothing cached yet: an empty [batch, heads, 0, dim]
+                    target = source.new_zeros(self.valid.shape[0], source.shape[1], 0, source.shape[3])
+                grown = torch.cat([target, target.new_zeros(*target.shape[:2], extra, target.shape[3])], dim=2)
+                grown[rows.to(grown.device), :, width:] = source
+                setattr(mine, name, grown)
+        self.valid = torch.cat([self.valid, self.valid.new_zeros(self.valid.shape[0], extra)], dim=1)
+        self.positions = torch.cat([self.positions, self.positions.new_zeros(self.positions.shape[0], extra)], dim=1)
+        self.valid[rows, width:] = other.valid
+        self.positions[rows, width:] = other.positions
+        self.num_cached[rows] = other.num_cached
+
     def compact(self) -> None:
         """Moves every row's live columns to the right end, in order, and drops the all-masked left
         columns, so the width becomes the largest number of live columns of a row."""

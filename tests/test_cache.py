@@ -54,3 +54,20 @@ def test_compaction_moves_valid_columns_right_and_keeps_order(target):
     logits = state.forward(sequences, pad, torch.tensor([9, 6]), 1)[0][:, 0]
     assert torch.allclose(logits[1], fresh_logits(target, sequences[1, 3:6].tolist()), atol=1e-4)
     assert torch.allclose(logits[0], fresh_logits(target, sequences[0, :9].tolist()), atol=1e-4)
+
+
+def test_a_prefill_spliced_into_a_running_batch_continues_exactly(target):
+    sequences = torch.randint(3, 96, (3, 20), generator=torch.Generator().manual_seed(2))
+    pad = torch.zeros(3, dtype=torch.long)
+    batch = CachedModel(target, 3, torch.device("cpu"))
+    batch.forward(sequences, pad, torch.tensor([7, 5, 9]), 1)
+    batch.rollback(torch.tensor([7, 0, 9]), slack=20)  # row 1 finished: its columns go
+    # Row 1 restarts with a new prompt prefilled on its own, then joins the batch.
+    new_prompt = torch.randint(3, 96, (1, 20), generator=torch.Generator().manual_seed(3))
+    scratch = CachedModel(target, 1, torch.device("cpu"))
+    scratch.forward(new_prompt, pad[:1], torch.tensor([6]), 1)
+    batch.splice(torch.tensor([1]), scratch)
+    sequences[1] = new_prompt[0]
+    logits = batch.forward(sequences, pad, torch.tensor([8, 7, 10]), 1)[0][:, 0]
+    for row, end in enumerate((8, 7, 10)):
+        assert torch.allclose(logits[row], fresh_logits(target, sequences[row, :end].tolist()), atol=1e-4), row

@@ -57,83 +57,83 @@ def stream_generate(
     batch_size: int = 32,
     sampling: Sampling = Sampling(),
     generator: torch.Generator | None = None,
-    refill_at: float = 0.25,
 ) -> Iterator[tuple[int, list[int], list[int]]]:
     """Yields (index, prompt ids, response ids) for every prompt, in the order rows finish; a response
     ends after its first end-of-sequence token or at `max_new_tokens`.
 
-    Finished rows wait until `refill_at` of the batch is free (or the prompts run out), then are refilled
-    together, so the wide forward that feeds new prompts is shared. Row r of a batch draws its tokens from
+    A row that finishes takes the next prompt at once: the new prompts are prefilled in a forward of
+    their own rows (a scratch cache), and their cache columns are spliced into the batch's
+    (`CachedModel.splice`), so the running rows never compute a prompt's width. Tokens are drawn from
     `generator` (or the global RNG) in step order, so a seeded run repeats.
     """
-    device = next(target.parameters()).device
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
     processors = sampling.processors()
-    prompt_iter = enumerate(prompts)
-    pending: list[tuple[int, list[int]]] = []  # prompts read but not yet in a row
-
-    def next_prompts(count: int) -> list[tuple[int, list[int]]]:
-        while len(pending) < count:
-            item = next(prompt_iter, None)
-            if item is None:
-                break
-            pending.append((item[0], list(item[1])))
-        taken, pending[:] = pending[:count], pending[count:]
-        return taken
-
-    first = next_prompts(batch_size)
-    if not first:
-        return
-    rows = len(first)
-    longest = max(len(ids) for _, ids in first)
-    width = longest + max_new_tokens + 1
+    stream = enumerate(prompts)
+    rows = batch_size
+    width = max_new_tokens + 1  # grows with the longest prompt seen
     sequences = torch.zeros(rows, width, dtype=torch.long)  # [rows, width] each row's tokens from column 0
     lens = torch.zeros(rows, dtype=torch.long)  # [rows]
     prompt_lens = torch.zeros(rows, dtype=torch.long)
     owner: list[tuple[int, list[int]] | None] = [None] * rows  # the prompt each row decodes
     cached = CachedModel(target, rows, torch.device("cpu"))
-    zeros = torch.zeros(rows, dtype=torch.long)
 
-    def place(row: int, item: tuple[int, list[int]]) -> None:
+    def pick(scores: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """[n] next tokens from raw logits [n, vocab]."""
+        if sampling.temperature <= 0:
+            return scores.argmax(dim=-1)
+        probs = processors(context, scores).softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    def append(row: int, token: int):
+        """Adds a token to a row; returns the finished (index, prompt, response) or None."""
+        sequences[row, lens[row]] = token
+        lens[row] += 1
+        if token in eos or int(lens[row] - prompt_lens[row]) >= max_new_tokens:
+            index, ids = owner[row]
+            owner[row] = None
+            return index, ids, sequences[row, prompt_lens[row] : lens[row]].tolist()
+        return None
+
+    def fill(free: list[int]) -> list[tuple[int, list[int], list[int]]]:
+        """Starts the next prompts in the `free` rows: prefill apart, splice, first token."""
         nonlocal sequences, width
-        ids = item[1]
-        if len(ids) + max_new_tokens + 1 > width:  # a longer prompt than any so far: widen the buffer
-            grown = torch.zeros(rows, len(ids) + max_new_tokens + 1, dtype=torch.long)
+        items = [item for _, item in zip(free, stream)]
+        if not items:
+            return []
+        free = free[: len(items)]
+        longest = max(len(ids) for _, ids in items)
+        if longest + max_new_tokens + 1 > width:  # a longer prompt than any so far: widen the buffer
+            grown = torch.zeros(rows, longest + max_new_tokens + 1, dtype=torch.long)
             grown[:, :width] = sequences
             sequences, width = grown, grown.shape[1]
-        sequences[row, : len(ids)] = torch.tensor(ids)
-        lens[row] = prompt_lens[row] = len(ids)
-        owner[row] = item
+        scratch_ids = torch.zeros(len(items), longest, dtype=torch.long)
+        scratch_lens = torch.tensor([len(ids) for _, ids in items])
+        for i, (row, (index, ids)) in enumerate(zip(free, items)):
+            scratch_ids[i, : len(ids)] = torch.tensor(ids)
+            sequences[row, : len(ids)] = scratch_ids[i, : len(ids)]
+            lens[row] = prompt_lens[row] = len(ids)
+            owner[row] = (index, list(ids))
+        scratch = CachedModel(target, len(items), torch.device("cpu"))
+        logits, _ = scratch.forward(scratch_ids, torch.zeros_like(scratch_lens), scratch_lens, 1)
+        keep = cached.num_cached.clone()
+        keep[free] = 0
+        cached.rollback(keep, slack=max_new_tokens)  # the finished rows' columns go
+        cached.splice(torch.tensor(free), scratch)
+        tokens = pick(logits[:, 0], scratch_ids)
+        return [done for row, token in zip(free, tokens.tolist()) if (done := append(row, token)) is not None]
 
-    for row, item in enumerate(first):
-        place(row, item)
-    while any(item is not None for item in owner):
-        live = torch.tensor([item is not None for item in owner])
-        ends = torch.where(live, lens, cached.num_cached)  # finished rows feed nothing (and widen nothing)
-        logits, _ = cached.forward(sequences, zeros, ends, 1)
-        scores = logits[:, 0].to(device="cpu")  # [rows, vocab]
-        if sampling.temperature > 0:
-            scores = processors(sequences[:, : int(lens.max())], scores)
-            probs = scores.softmax(dim=-1)
-            tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            tokens = scores.argmax(dim=-1)
-        for row in live.nonzero().squeeze(1).tolist():
-            sequences[row, lens[row]] = tokens[row]
-            lens[row] += 1
-            new = int(lens[row] - prompt_lens[row])
-            if bool((eos == tokens[row]).any()) or new >= max_new_tokens:
-                index, ids = owner[row]
-                yield index, ids, sequences[row, prompt_lens[row] : lens[row]].tolist()
-                owner[row] = None
+    pending = fill(list(range(rows)))
+    while pending or any(item is not None for item in owner):
+        yield from pending
+        live = [row for row, item in enumerate(owner) if item is not None]
+        if not live:
+            pending = fill(list(range(rows)))
+            continue
+        ends = cached.num_cached.clone()
+        ends[live] = lens[live]  # live rows feed their last token; the others nothing
+        logits, _ = cached.forward(sequences, torch.zeros_like(lens), ends, 1)
+        tokens = pick(logits[live, 0], sequences[live, : int(lens.max())])
+        pending = [done for row, token in zip(live, tokens.tolist()) if (done := append(row, token)) is not None]
         free = [row for row, item in enumerate(owner) if item is None]
-        if free and (len(free) >= refill_at * rows or not any(item is not None for item in owner)):
-            # Drop the finished rows' cache columns; the next forward feeds their new prompts.
-            keep = cached.num_cached.clone()
-            keep[free] = 0
-            cached.rollback(keep, slack=max_new_tokens)
-            for row, item in zip(free, next_prompts(len(free))):
-                place(row, item)
-            for row in free:
-                if owner[row] is None:
-                    lens[row] = 0
+        if free:
+            pending += fill(free)
