@@ -143,8 +143,10 @@ class CostAwareDraftPolicy(DraftPolicy):
     timed forwards on scratch caches before the first step; `hf_specdec.calibration`) and reused, so two
     identical calls in one process decide identically. Acceptance is tracked per row as decayed counts
     (`decay` per step, starting from a prior of `prior_alpha` worth `prior_weight` drafts). After choosing
-    plain steps it drafts one token after `probe_after` of them, and twice as long after each probe that
-    did not pay (at most `max_probe_interval`), so a drafter that becomes useful later is used again.
+    plain steps it probes with one draft, so a drafter that becomes useful later is used again: after
+    `probe_after` plain steps, or more where a probe's extra cost (a drafter step and a 2-token instead of
+    a 1-token forward) would exceed `probe_budget` of the plain steps' time, and twice as long after each
+    probe that did not pay (at most `max_probe_interval`).
 
     Args:
         max_gamma: most drafts per step considered.
@@ -162,11 +164,12 @@ class CostAwareDraftPolicy(DraftPolicy):
     decay: float = 0.9
     probe_after: int = 4
     max_probe_interval: int = 64
+    probe_budget: float = 0.02
     costs: object | None = None  # StepCosts
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("min_gain", "prior_weight"):
+        for name in ("min_gain", "prior_weight", "probe_budget"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise InvalidGammaError(f"{name} must be a finite number >= 0, got {value!r}.")
@@ -176,6 +179,8 @@ class CostAwareDraftPolicy(DraftPolicy):
                 raise InvalidGammaError(f"{name} must be in (0, 1], got {value!r}.")
         _check_int("probe_after", self.probe_after, 1)
         _check_int("max_probe_interval", self.max_probe_interval, self.probe_after)
+        if not self.probe_budget > 0:
+            raise InvalidGammaError(f"probe_budget must be > 0, got {self.probe_budget!r}.")
 
     def widths(self) -> tuple[int, ...]:
         """Target forward widths to time (others are interpolated): 1 .. 4, then every other."""
@@ -195,7 +200,11 @@ class CostAwareSchedule(DraftSchedule):
         self.policy, self.costs = policy, costs
         self.accepted = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed accepted drafts
         self.rejected = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed rejections
-        self.probe_interval = policy.probe_after
+        # The first wait: probe_after plain steps, or as many as keep a probe's extra cost within the budget.
+        extra = costs.draft_ms + costs.verify_ms(2) - costs.verify_ms(1)
+        budgeted = math.ceil(extra / (policy.probe_budget * costs.verify_ms(1)))
+        self.first_interval = min(max(policy.probe_after, budgeted), policy.max_probe_interval)
+        self.probe_interval = self.first_interval
         self.plain_steps = 0  # plain steps since the last draft
         self.device = device
         self.lengths = self._lengths(torch.ones(batch_size, dtype=torch.bool), probing=False)
@@ -228,4 +237,4 @@ class CostAwareSchedule(DraftSchedule):
         if probed:
             # A probe that brought drafting back resets the wait; one that did not doubles it.
             pays = int(self.lengths.max()) > 0
-            self.probe_interval = self.policy.probe_after if pays else min(2 * self.probe_interval, self.policy.max_probe_interval)
+            self.probe_interval = self.first_interval if pays else min(2 * self.probe_interval, self.policy.max_probe_interval)

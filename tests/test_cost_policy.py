@@ -66,7 +66,7 @@ def _step(schedule, accepted):
 
 def test_a_useless_drafter_is_dropped_then_probed_with_growing_waits():
     # Verification that costs as much as on a CPU; the prior (alpha 0.7 here) drafts at first.
-    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4, max_probe_interval=16)
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4, max_probe_interval=16, probe_budget=1.0)
     schedule = _schedule(policy)
     lengths = [_step(schedule, accepted=0) for _ in range(60)]
     assert lengths[0] > 0
@@ -79,13 +79,21 @@ def test_a_useless_drafter_is_dropped_then_probed_with_growing_waits():
 
 
 def test_a_drafter_that_becomes_useful_is_used_again():
-    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4)
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4, probe_budget=1.0)
     schedule = _schedule(policy)
     before = [_step(schedule, accepted=0) for _ in range(12)]
     assert before[-1] == 0
     after = [_step(schedule, accepted=6) for _ in range(24)]  # from now on every draft is accepted
     assert after[-1] >= 3  # drafting again after a probe, and longer as acceptance builds up
     assert schedule.probe_interval == policy.probe_after
+
+
+def test_probes_wait_until_their_cost_fits_the_budget():
+    # On STEEP a probe costs 3 + 90 - 60 = 33 ms more than a plain step; at 2 % of 60 ms per plain step
+    # that is 28 plain steps; with a tenth of the verification cost, 4 (probe_after) suffices.
+    assert _schedule(CostAwareDraftPolicy(costs=STEEP)).first_interval == 28
+    cheap = StepCosts(draft_ms=0.5, target_ms={1: 60.0, 2: 61.0, 7: 66.0})
+    assert _schedule(CostAwareDraftPolicy(costs=cheap)).first_interval == 4
 
 
 def test_rows_in_a_batch_track_their_own_acceptance():
@@ -203,7 +211,8 @@ def test_measured_costs_describe_the_models(target, partial_drafter):
 
 
 def test_invalid_policy_settings_raise():
-    for kwargs in (dict(decay=0.0), dict(prior_alpha=1.5), dict(min_gain=-1.0), dict(probe_after=0), dict(max_probe_interval=2)):
+    for kwargs in (dict(decay=0.0), dict(prior_alpha=1.5), dict(min_gain=-1.0), dict(probe_after=0), dict(max_probe_interval=2),
+                   dict(probe_budget=0.0)):
         with pytest.raises(hf_specdec.InvalidGammaError):
             CostAwareDraftPolicy(**kwargs)
 
@@ -211,7 +220,7 @@ def test_invalid_policy_settings_raise():
 def test_with_a_useless_drafter_the_loop_takes_plain_steps_and_probes(target, unrelated_drafter):
     input_ids, mask = tiny_models.prompts(1, seed=33)
     stats = hf_specdec.SpeculativeStats()
-    policy = CostAwareDraftPolicy(costs=STEEP, probe_after=4)
+    policy = CostAwareDraftPolicy(costs=STEEP, probe_after=4, probe_budget=1.0)
     out = target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=40, drafter=unrelated_drafter,
                           gamma=policy, stats=stats, eos_token_id=None)
     assert torch.equal(out, target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=None))
