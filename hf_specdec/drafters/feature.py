@@ -165,9 +165,12 @@ class BoundHead(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.head.q_proj.weight.dtype
 
-    def forward(self, input_ids, attention_mask, position_ids, past_key_values, features, use_cache=True, **_):
+    def forward(
+        self, input_ids, attention_mask, position_ids, past_key_values, features, use_cache=True, logits_to_keep=0, **_
+    ):
         """input_ids [batch, seq] (token p + 1 of each entry), features [batch, seq, hidden] (state p),
-        attention_mask [batch, cached + seq] over the cache's columns (the new ones last)."""
+        attention_mask [batch, cached + seq] over the cache's columns (the new ones last); logits for the
+        last `logits_to_keep` columns (0: all), states for all."""
         head = self.head
         embeds = self.embed_tokens(input_ids).to(self.dtype)
         attention_input, residual = head.layer_input(embeds, features.to(self.dtype))
@@ -184,7 +187,7 @@ class BoundHead(nn.Module):
             query, key, value, attn_mask=mask, enable_gqa=key.shape[1] != query.shape[1]
         )
         hidden = head.layer_output(attended, residual)  # [batch, seq, hidden]
-        scores = head.scores(hidden, self.target_head).float()
+        scores = head.scores(hidden[:, -logits_to_keep:], self.target_head).float()
         if self.draft_ids is not None:
             logits = scores.new_full((*scores.shape[:2], self.vocab_size), float("-inf"))
             logits[..., self.draft_ids] = scores
@@ -212,7 +215,7 @@ class FeatureDrafter(Drafter):
     def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
         text = target.config.get_text_config()
         expected = getattr(self.head.config, "target_hidden_size", None) or self.head.config.hidden_size
-        if text.hidden_size != expected or text.hidden_size != self.head.config.hidden_size and self.head.kind == "eagle1":
+        if text.hidden_size != expected:
             raise IncompatibleDrafterError(
                 f"the feature head reads hidden states of width {expected}, the target's are {text.hidden_size}: "
                 "it was trained for another target."
