@@ -30,14 +30,20 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
+def _pack(module: nn.Linear) -> torch.Tensor:
+    """Stores a oneDNN copy of `module.weight`, tagged with the weight's version, and returns it."""
+    packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), None)
+    setattr(module, PACKED, (module.weight._version, packed))
+    return packed
+
+
 def _packed_forward(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
     rows = input.numel() // max(input.shape[-1], 1)
     if rows < self._hf_specdec_min_rows or torch.is_grad_enabled() or input.dtype != torch.float32:
         return F.linear(input, self.weight, self.bias)
     version, packed = getattr(self, PACKED)
     if version != self.weight._version:  # the weight changed in place since it was packed
-        packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
-        setattr(self, PACKED, (self.weight._version, packed))
+        packed = _pack(self)
     flat = input.reshape(rows, input.shape[-1])
     output = torch.ops.mkldnn._linear_pointwise(flat, packed, self.bias, "none", [], "")
     return output.reshape(*input.shape[:-1], output.shape[-1])
@@ -54,8 +60,7 @@ def pack_linears(model: nn.Module, min_rows: int = 2) -> int:
             if type(module) is not nn.Linear or module.weight.device.type != "cpu" or module.weight.dtype != torch.float32:
                 continue
             if not hasattr(module, PACKED):
-                packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), None)
-                setattr(module, PACKED, (module.weight._version, packed))
+                _pack(module)
                 module.forward = types.MethodType(_packed_forward, module)
             module._hf_specdec_min_rows = min_rows
             count += 1

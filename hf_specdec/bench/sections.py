@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from transformers import GenerationConfig
 
-from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha
+from hf_specdec.bench.measure import generated_tokens, leviathan_speedup, per_token_alpha
+from hf_specdec.bench.prompts import batches
 from hf_specdec.bench.runner import Bench, BenchConfig
 from hf_specdec.loading import load_drafter
 from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy
@@ -188,8 +189,6 @@ def datagen(bench: Bench) -> Result:
     transformers' generate() on static left-padded batches, greedy, same prompts and batch size."""
     import time
 
-    import torch
-
     from hf_specdec.distill.data import build_prompts, encode_prompt
     from hf_specdec.distill.generation import stream_generate
 
@@ -203,12 +202,9 @@ def datagen(bench: Bench) -> Result:
     rows.append({"method": "stream_generate (continuous batching)", "batch_size": size, "tokens": generated,
                  "seconds": round(seconds, 2), "tokens_per_s": round(generated / seconds, 2)})
     start, generated = time.perf_counter(), 0
-    from hf_specdec.bench.prompts import batches
-
     for inputs in batches(prompts, size, bench.pad_token_id):
         out = bench.target.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, pad_token_id=bench.pad_token_id)
-        for row in out[:, inputs["input_ids"].shape[1] :].tolist():
-            generated += next((i + 1 for i, token in enumerate(row) if token in bench.eos_ids), len(row))
+        generated += sum(map(len, generated_tokens(out, inputs["input_ids"].shape[1], bench.eos_ids)))
     seconds = time.perf_counter() - start
     rows.append({"method": "generate() (static batches)", "batch_size": size, "tokens": generated,
                  "seconds": round(seconds, 2), "tokens_per_s": round(generated / seconds, 2)})

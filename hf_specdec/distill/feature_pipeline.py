@@ -17,7 +17,6 @@ from typing import Sequence
 
 import torch
 
-from .data import read_records
 from .feature_head import build_feature_head, evaluate_feature_head, train_feature_head
 from .features import FeatureStore, extract_features
 from .model import select_vocab_subset
@@ -106,7 +105,10 @@ def distill_feature_head(
     started = time.monotonic()
     layers = sorted({*head.feature_layers_for(num_layers), num_layers})
     stores = []
-    for path, part in ((path, read_records(path, eos)) for path in [*corpora, eval_data] if path.exists()):
+    # The records the data step read (the held-out ones: those measured on).
+    for path, part in [*zip(corpora, prepared.per_corpus), (eval_data, eval_records)]:
+        if not path.exists():
+            continue
         directory = path.with_name(path.name + ".features")
         extract_features(target, part, directory, layers, progress=progress)
         stores.append(FeatureStore(directory))
