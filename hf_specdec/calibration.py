@@ -24,7 +24,7 @@ from hf_specdec.drafters.base import DraftContext, Drafter
 
 #: Tokens of context the timed forwards see; attention over it is a small share of a step.
 CONTEXT = 128
-REPEATS = 3
+REPEATS = 5
 
 
 @dataclass(frozen=True)
@@ -71,19 +71,21 @@ def reset_calibration() -> None:
         _registry.clear()
 
 
+def _time_ms(run) -> float:
+    start = time.perf_counter()
+    run()
+    return (time.perf_counter() - start) * 1e3
+
+
 def _median_ms(run, repeats: int = REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return statistics.median(_time_ms(run) for _ in range(repeats))
 
 
 @torch.no_grad()
 def measure(target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...]) -> StepCosts:
     """Times target forwards of each width and the drafter's one-token step on scratch caches after
-    CONTEXT random tokens (a warm-up of each first)."""
+    CONTEXT random tokens (a warm-up of each first). The widths are timed in turns, REPEATS rounds, so a
+    machine that slows down meanwhile slows every width alike and their ratios, which decide, hold."""
     generator = torch.Generator().manual_seed(0)
     vocab = target.config.get_text_config().vocab_size
     length = CONTEXT + max(widths) + 2
@@ -94,14 +96,17 @@ def measure(target, drafter: Drafter, batch_size: int, device: torch.device, wid
     feature_layers = drafter.feature_layers(target)
     _, features = scratch.forward(sequences, pad_lens, context, 1, feature_layers=feature_layers)
 
-    def verify(width: int) -> None:
-        scratch.forward(sequences, pad_lens, context + width, width)
+    def verify(width: int) -> None:  # as the loop verifies: with the hidden states the drafter reads
+        scratch.forward(sequences, pad_lens, context + width, width, feature_layers=feature_layers)
         scratch.rollback(context.clone(), slack=length)
 
-    target_ms = {}
     for width in widths:
         verify(width)  # warm-up
-        target_ms[width] = _median_ms(lambda: verify(width))
+    rounds = {width: [] for width in widths}
+    for _ in range(REPEATS):
+        for width in widths:
+            rounds[width].append(_time_ms(lambda: verify(width)))
+    target_ms = {width: statistics.median(times) for width, times in rounds.items()}
 
     # The drafter drafts one token after CONTEXT + 1 tokens and is rolled back by two, so each timed step
     # feeds what a step after a verification feeds (the last confirmed tokens) and drafts one token.

@@ -124,10 +124,12 @@ def best_draft_length(alpha: torch.Tensor, costs, max_gamma: int, min_gain: floa
     acceptance rates are `alpha` ([rows]) per millisecond: sum(expected_tokens) / (k * draft_ms +
     verify_ms(k + 1)). A batched forward costs every row the same, so one k serves all rows. k > 0 must
     beat a plain step (k = 0) by `min_gain` (a fraction) to be chosen."""
-    plain = len(alpha) / costs.verify_ms(1)
-    best, best_rate = 0, plain * (1 + min_gain)
+    # tokens[k] = sum over rows of 1 + a + ... + a^k, for every k at once (one pass: it runs every step).
+    powers = alpha.double()[:, None] ** torch.arange(max_gamma + 1, dtype=torch.float64)  # [rows, max_gamma + 1]
+    tokens = powers.cumsum(dim=1).sum(dim=0).tolist()
+    best, best_rate = 0, tokens[0] / costs.verify_ms(1) * (1 + min_gain)
     for k in range(1, max_gamma + 1):
-        rate = float(expected_tokens(alpha, k).sum()) / (k * costs.draft_ms + costs.verify_ms(k + 1))
+        rate = tokens[k] / (k * costs.draft_ms + costs.verify_ms(k + 1))
         if rate > best_rate:
             best, best_rate = k, rate
     return best
@@ -164,7 +166,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     decay: float = 0.9
     probe_after: int = 4
     max_probe_interval: int = 64
-    probe_budget: float = 0.02
+    probe_budget: float = 0.01
     costs: object | None = None  # StepCosts
 
     def __post_init__(self) -> None:

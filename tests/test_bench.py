@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from hf_specdec.bench import BenchConfig, run_bench
 from hf_specdec.bench import prompts as bench_prompts
-from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha
+from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha, time_side_by_side
 from hf_specdec.bench.models import stand_in_drafter
 from hf_specdec.distill.feature_head import build_feature_head
 from hf_specdec.drafters import FeatureDrafter
@@ -103,10 +103,14 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     for name in ("int8", "policy", "lookup"):  # int8 may skip with a note when every backend crashes
         assert sections[name].get("rows") or sections[name]["skipped"]
     default_rows = sections["default"]["rows"]
-    assert {row["method"] for row in default_rows} == {
-        "hf_specdec, best fixed gamma", "hf_specdec, default", "hf_specdec, default, unrelated drafter"
-    }
-    assert all(row["vs_best_fixed"] > 0 for row in default_rows if row["method"] == "hf_specdec, default")
+    for size in (1, 2):  # each batch size is one side-by-side group: every gamma at batch 1, its fastest at 2
+        group = [row for row in default_rows if row["batch_size"] == size and row["mode"] == "greedy"]
+        assert [row["gamma"] for row in group] == ([1, 2, 3] if size == 1 else [group[0]["gamma"]]) + ["default"] * 2
+        assert all(row["timing"] == "side by side" for row in group)
+        fastest = [row for row in group if row["method"].endswith("(fastest)")]
+        assert len(fastest) == 1 and fastest[0]["tokens_per_s"] == max(r["tokens_per_s"] for r in group[:-2])
+        assert group[-2]["vs_best_fixed"] == pytest.approx(group[-2]["tokens_per_s"] / fastest[0]["tokens_per_s"], abs=1e-3)
+        assert group[-1]["method"] == "hf_specdec, default, unrelated drafter"
     feature_rows = sections["feature"]["rows"]
     assert {row["gamma"] for row in feature_rows} == {1, 2, 3, 4, "default"}
     assert 0 <= min(row["alpha"] for row in feature_rows if "alpha" in row) and sections["feature"]["step_cost_ratio"] > 0
@@ -153,3 +157,26 @@ def test_batches_left_pad_and_keep_prompt_order():
     assert groups[0]["input_ids"].tolist() == [[5, 6], [0, 7]]
     assert groups[0]["attention_mask"].tolist() == [[1, 1], [0, 1]]
     assert groups[1]["input_ids"].tolist() == [[8, 9, 10]]
+
+
+def test_side_by_side_interleaves_methods_batch_by_batch_with_the_same_seeds():
+    calls = []
+
+    def method(name):
+        def generate(inputs, stats, max_new_tokens, **kwargs):
+            calls.append((name, max_new_tokens, int(inputs["input_ids"][0, 0]), torch.initial_seed()))
+            new = torch.full((1, max_new_tokens), 7)
+            return torch.cat([inputs["input_ids"], new], dim=1)
+        return generate
+
+    batches = [{"input_ids": torch.tensor([[index, 0]])} for index in range(3)]
+    first, second = time_side_by_side(
+        [method("a"), method("b")], batches, {"max_new_tokens": 4}, eos_ids={7}, seed=10, repeats=2
+    )
+    assert calls[:2] == [("a", 4, 0, 10), ("b", 4, 0, 10)]  # warm-ups (max_new_tokens capped at 8)
+    timed = [(name, batch, seed) for name, _, batch, seed in calls[2:]]
+    # Batch by batch, both methods with the batch's seed, the order rotating; then the second repeat.
+    assert timed == [("a", 0, 10), ("b", 0, 10), ("b", 1, 11), ("a", 1, 11), ("a", 2, 12), ("b", 2, 12),
+                     ("b", 0, 10), ("a", 0, 10), ("a", 1, 11), ("b", 1, 11), ("b", 2, 12), ("a", 2, 12)]
+    # Tokens count up to the first EOS (7): one per row; outputs come from the first repeat only.
+    assert first.tokens == second.tokens == 3 and first.outputs == [[7]] * 3 and first.seconds > 0

@@ -89,9 +89,9 @@ def test_a_drafter_that_becomes_useful_is_used_again():
 
 
 def test_probes_wait_until_their_cost_fits_the_budget():
-    # On STEEP a probe costs 3 + 90 - 60 = 33 ms more than a plain step; at 2 % of 60 ms per plain step
-    # that is 28 plain steps; with a tenth of the verification cost, 4 (probe_after) suffices.
-    assert _schedule(CostAwareDraftPolicy(costs=STEEP)).first_interval == 28
+    # On STEEP a probe costs 3 + 90 - 60 = 33 ms more than a plain step; at 1 % of 60 ms per plain step
+    # that is 55 plain steps; with a tenth of the verification cost, 4 (probe_after) suffices.
+    assert _schedule(CostAwareDraftPolicy(costs=STEEP)).first_interval == 55
     cheap = StepCosts(draft_ms=0.5, target_ms={1: 60.0, 2: 61.0, 7: 66.0})
     assert _schedule(CostAwareDraftPolicy(costs=cheap)).first_interval == 4
 

@@ -3,7 +3,8 @@
 Contract: `Bench.run(method, ...)` times one method (a `Method`: a label plus a generate callable) on
 one prompt set at one batch size and decoding mode, at most once per session: sections that need the
 same measurement (the batch-1 plain baseline, the sweep's best gamma) share it, and every method sees
-the same prompts, seeds and generate() arguments.
+the same prompts, seeds and generate() arguments. `Bench.run_side_by_side(methods, ...)` times a group
+with plain generate() interleaved, batch by batch, for ratios that a drifting machine cannot bend.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from hf_specdec.bench import prompts as prompt_sets
-from hf_specdec.bench.measure import GenerateFn, Measurement, time_generate
+from hf_specdec.bench.measure import GenerateFn, Measurement, time_generate, time_side_by_side
 from hf_specdec.distill.evaluate import step_cost_ms
 
 MODES = ("greedy", "sampled")
@@ -180,6 +181,40 @@ class Bench:
             self._tick()
         return self.memo[key]
 
+    def run_side_by_side(
+        self, methods: list[Method], mode: str, batch_size: int = 1, prompts: str = "chat"
+    ) -> list[Measurement]:
+        """`methods` timed side by side (`time_side_by_side`, plain generate() first), memoized as a group:
+        measurements of one group are comparable with each other, not with solo ones."""
+        methods = [self.plain(), *[method for method in methods if method.key != ("plain",)]]
+        key = ("side by side", tuple(method.key for method in methods), mode, batch_size, prompts)
+        if key not in self.memo:
+            if self.progress is not None:
+                self.progress.set_postfix_str(f"{len(methods)} methods side by side {mode} b={batch_size} {prompts}")
+            batches = prompt_sets.batches(self.prompt_ids[prompts], batch_size, self.pad_token_id)
+            self.memo[key] = time_side_by_side(
+                [method.generate for method in methods],
+                batches,
+                self.generate_kwargs(mode),
+                self.eos_ids,
+                seed=self.config.seed,
+                repeats=self.config.repeats,
+                collect_stats=[method.key[0] == "hf_specdec" for method in methods],
+            )
+            self._tick()
+        return self.memo[key]
+
+    def rows_side_by_side(
+        self, methods: list[tuple[Method, dict[str, Any]]], mode: str, batch_size: int = 1, prompts: str = "chat"
+    ) -> list[dict[str, Any]]:
+        """One result row per (method, labels), timed side by side with plain generate(), against which
+        each row's speedup is taken (see `row`); every row says so (`timing: side by side`)."""
+        plain, *measured = self.run_side_by_side([method for method, _ in methods], mode, batch_size, prompts)
+        return [
+            {**self._row(measurement, plain, mode, batch_size, prompts, labels), "timing": "side by side"}
+            for measurement, (_, labels) in zip(measured, methods)
+        ]
+
     def step_cost(self, name: str, model: PreTrainedModel, num_tokens: int = 1) -> float:
         """`step_cost_ms` of `model` feeding `num_tokens` after the first chat prompt, memoized under `name`."""
         if name not in self.step_costs:
@@ -201,6 +236,11 @@ class Bench:
         size and mode, and (greedy) how many outputs equal plain greedy's."""
         measured = self.run(method, mode, batch_size, prompts)
         baseline = self.run(self.plain(), mode, batch_size, prompts)
+        return self._row(measured, baseline, mode, batch_size, prompts, labels)
+
+    def _row(
+        self, measured: Measurement, baseline: Measurement, mode: str, batch_size: int, prompts: str, labels: dict
+    ) -> dict[str, Any]:
         row = {**labels, "mode": mode, "batch_size": batch_size, "prompts": prompts}
         row.update(
             tokens=measured.tokens,
