@@ -228,3 +228,20 @@ def test_with_a_useless_drafter_the_loop_takes_plain_steps_and_probes(target, un
     assert int(lengths.sum()) == int(stats.steps.sum())  # one entry per step
     assert int(lengths[0]) > 30  # mostly plain steps ...
     assert 0 < int(lengths[1:].sum()) <= 6  # ... and a few probes
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_plain_steps_sample_exactly_as_generate_does(target, unrelated_drafter, batch):
+    """Costs under which drafting never pays: every step is plain, and each draws its token as generate()
+    draws it (one multinomial on the processed softmax, from the same RNG), so seeded sampling gives
+    plain generate()'s own tokens, alone and in a padded batch."""
+    input_ids, mask = tiny_models.prompts(batch, seed=34 + batch)
+    never = CostAwareDraftPolicy(costs=StepCosts(draft_ms=1e6, target_ms={1: 1.0, 2: 2.0}), max_probe_interval=64)
+    kwargs = dict(attention_mask=mask, do_sample=True, max_new_tokens=20, temperature=1.3, top_k=0)
+    torch.manual_seed(5)
+    expected = target.generate(input_ids, **kwargs)
+    torch.manual_seed(5)
+    stats = hf_specdec.SpeculativeStats()
+    out = target.generate(input_ids, drafter=unrelated_drafter, gamma=never, stats=stats, **kwargs)
+    assert int(stats.drafted.sum()) == 0
+    assert torch.equal(out, expected)
