@@ -209,7 +209,8 @@ class CostAwareSchedule(DraftSchedule):
         self.probe_interval = self.first_interval
         self.plain_steps = 0  # plain steps since the last draft
         self.device = device
-        self.lengths = self._lengths(torch.ones(batch_size, dtype=torch.bool), probing=False)
+        self._active = torch.ones(batch_size, dtype=torch.bool)  # the rows the last decision was made for
+        self.lengths = self._lengths(self._active, probing=False)
 
     def alpha(self) -> torch.Tensor:
         """[batch] each row's estimated probability that a draft is accepted after accepted ones."""
@@ -228,6 +229,11 @@ class CostAwareSchedule(DraftSchedule):
 
     def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor) -> None:
         drafted = (active & (num_drafted > 0)).cpu()  # [batch]
+        if not drafted.any() and self.plain_steps + 1 < self.probe_interval and torch.equal(active.cpu(), self._active):
+            # Another plain step: nothing learned, same rows, no probe due, so the same decision.
+            self.plain_steps += 1
+            return
+        self._active = active.cpu()
         accepted, num_drafted = num_accepted.cpu().double(), num_drafted.cpu()
         decay = self.policy.decay
         # A step is a run of acceptances ended by one rejection, unless every draft was accepted.
