@@ -52,6 +52,12 @@ def test_speculation_must_beat_a_plain_step_by_min_gain():
     assert best_draft_length(torch.tensor([0.52]), costs, max_gamma=1, min_gain=0.02) == 0
 
 
+def test_a_longer_draft_must_beat_the_best_shorter_one_by_min_gain():
+    # alpha 0.7 on STEEP: k=2 (.0189 per ms) beats k=1 (.0183) by 3.3 %: chosen at a 2 % margin, not at 5 %.
+    assert best_draft_length(torch.tensor([0.7]), STEEP, max_gamma=6, min_gain=0.02) == 2
+    assert best_draft_length(torch.tensor([0.7]), STEEP, max_gamma=6, min_gain=0.05) == 1
+
+
 def _schedule(policy, batch=1):
     return policy.start(None, None, batch, torch.device("cpu"))
 
@@ -245,3 +251,25 @@ def test_plain_steps_sample_exactly_as_generate_does(target, unrelated_drafter, 
     out = target.generate(input_ids, drafter=unrelated_drafter, gamma=never, stats=stats, **kwargs)
     assert int(stats.drafted.sum()) == 0
     assert torch.equal(out, expected)
+
+
+def test_draft_lengths_grow_only_as_drafts_are_accepted():
+    # Free verification would draft max_gamma at once; a call starts at one draft and drafts at most one
+    # more than the drafts accepted so far in the call (0, 1, 3, 7 after each step here).
+    schedule = _schedule(CostAwareDraftPolicy(costs=FLAT, max_gamma=6))
+    assert [_step(schedule, accepted=6) for _ in range(5)] == [1, 2, 4, 6, 6]
+
+
+def test_after_a_dip_of_a_useful_drafter_the_probe_comes_soon():
+    # STEEP's budget waits 55 plain steps; a run that accepted drafts and then stopped (its estimate
+    # dipped) probes after probe_after (4) instead. A run that never accepted waits the budget.
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4)
+    useless = _schedule(policy)
+    lengths = [_step(useless, accepted=0) for _ in range(30)]
+    assert lengths[0] > 0 and 0 not in lengths[:1] and max(lengths[4:]) == 0  # stopped, no probe within 30
+    dipped = _schedule(policy)
+    lengths = [_step(dipped, accepted=1) for _ in range(4)]  # accepts one draft per step: it drafts more ...
+    assert min(lengths) > 0
+    lengths = [_step(dipped, accepted=0) for _ in range(16)]  # ... then a stretch of rejections
+    stop = lengths.index(0)
+    assert lengths[stop : stop + 4] == [0] * 4 and lengths[stop + 4] == 1  # probe after 4 plain steps
