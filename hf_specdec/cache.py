@@ -272,6 +272,8 @@ class CachedModel:
         When every layer is windowed, tokens behind every future query's window are dropped too, so the
         cache stays within the window (plus slack) however long the rows grow.
         """
+        if not self.layout.bounded and bool((keep >= self.num_cached).all()):
+            return  # nothing to drop (a plain step, or a drafter that sat out)
         self.valid &= self.positions < keep[:, None]
         self.num_cached = keep.clone()
         if self.layout.bounded:

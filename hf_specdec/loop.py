@@ -130,7 +130,8 @@ def speculative_decode(
         # lookup finding no match), and every extra column would cost the target a masked token.
         width = int(num_drafted.max())
         draft = draft.first(width)  # tokens [batch, width]
-        _write(sequences, lens, draft.tokens, num_drafted)
+        if width > 0:
+            _write(sequences, lens, draft.tokens, num_drafted)
 
         # 2. Verify: one target forward over each row's unseen tokens and its drafts.
         ends = torch.where(active, lens + num_drafted, lens)

@@ -122,15 +122,16 @@ def expected_tokens(alpha: torch.Tensor, num_drafts: int) -> torch.Tensor:
 def best_draft_length(alpha: torch.Tensor, costs, max_gamma: int, min_gain: float = 0.0) -> int:
     """The number of drafts k in [0, max_gamma] that maximizes the committed tokens of the rows whose
     acceptance rates are `alpha` ([rows]) per millisecond: sum(expected_tokens) / (k * draft_ms +
-    verify_ms(k + 1)). A batched forward costs every row the same, so one k serves all rows. k > 0 must
-    beat a plain step (k = 0) by `min_gain` (a fraction) to be chosen."""
+    verify_ms(k + 1)). A batched forward costs every row the same, so one k serves all rows. A length
+    must beat the best shorter one (k = 0 is a plain step) by `min_gain` (a fraction) to be chosen: every
+    drafted token also costs the loop work the timed forwards leave out."""
     # tokens[k] = sum over rows of 1 + a + ... + a^k, for every k at once (one pass: it runs every step).
     powers = alpha.double()[:, None] ** torch.arange(max_gamma + 1, dtype=torch.float64)  # [rows, max_gamma + 1]
     tokens = powers.cumsum(dim=1).sum(dim=0).tolist()
-    best, best_rate = 0, tokens[0] / costs.verify_ms(1) * (1 + min_gain)
+    best, best_rate = 0, tokens[0] / costs.verify_ms(1)
     for k in range(1, max_gamma + 1):
         rate = tokens[k] / (k * costs.draft_ms + costs.verify_ms(k + 1))
-        if rate > best_rate:
+        if rate > best_rate * (1 + min_gain):
             best, best_rate = k, rate
     return best
 
@@ -144,16 +145,21 @@ class CostAwareDraftPolicy(DraftPolicy):
     Costs are measured once per target, drafter, device, dtype, batch size and torch thread count (a few
     timed forwards on scratch caches before the first step; `hf_specdec.calibration`) and reused, so two
     identical calls in one process decide identically. Acceptance is tracked per row as decayed counts
-    (`decay` per step, starting from a prior of `prior_alpha` worth `prior_weight` drafts). After choosing
-    plain steps it probes with one draft, so a drafter that becomes useful later is used again: after
-    `probe_after` plain steps, or more where a probe's extra cost (a drafter step and a 2-token instead of
-    a 1-token forward) would exceed `probe_budget` of the plain steps' time, and twice as long after each
-    probe that did not pay (at most `max_probe_interval`).
+    (`decay` per step, starting from a prior of `prior_alpha` worth `prior_weight` drafts). A call starts
+    at one draft and drafts at most one more than a row has accepted so far, so a drafter that turns out
+    useless costs single drafts before it is dropped. After choosing
+    plain steps it probes with one draft, so a drafter that becomes useful later is used again. When a run
+    of drafting steps that accepted drafts ends (an unlucky stretch pulled the estimate down), the first
+    probe comes after `probe_after` plain steps; when drafting never accepted anything, after as many
+    plain steps as keep a probe's extra cost (a drafter step and a 2-token instead of a 1-token forward)
+    within `probe_budget` of the plain steps' time (at least `probe_after`). Each probe that accepts
+    nothing doubles the wait (at most `max_probe_interval`).
 
     Args:
         max_gamma: most drafts per step considered.
-        min_gain: speculation must beat a plain step by this fraction of its rate (guards against
-            drafting on noise in the measured costs).
+        min_gain: a draft length must beat the best shorter one (0: a plain step) by this fraction of
+            its rate (guards against drafting on noise in the measured costs, and against the loop's own
+            work per drafted token, which they leave out).
         costs: a `hf_specdec.calibration.StepCosts` to use instead of measuring (pins every decision,
             across processes too).
     """
@@ -162,8 +168,8 @@ class CostAwareDraftPolicy(DraftPolicy):
     min_confidence: float = 0.0
     min_gain: float = 0.02
     prior_alpha: float = 0.5
-    prior_weight: float = 2.0
-    decay: float = 0.9
+    prior_weight: float = 4.0
+    decay: float = 0.95
     probe_after: int = 4
     max_probe_interval: int = 64
     probe_budget: float = 0.01
@@ -202,14 +208,17 @@ class CostAwareSchedule(DraftSchedule):
         self.policy, self.costs = policy, costs
         self.accepted = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed accepted drafts
         self.rejected = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed rejections
+        self.total_accepted = torch.zeros(batch_size, dtype=torch.long)  # [batch] drafts accepted in this call
         # The first wait: probe_after plain steps, or as many as keep a probe's extra cost within the budget.
         extra = costs.draft_ms + costs.verify_ms(2) - costs.verify_ms(1)
         budgeted = math.ceil(extra / (policy.probe_budget * costs.verify_ms(1)))
         self.first_interval = min(max(policy.probe_after, budgeted), policy.max_probe_interval)
         self.probe_interval = self.first_interval
         self.plain_steps = 0  # plain steps since the last draft
+        self.run_accepted = 0  # drafts accepted in the current (or last) run of drafting steps
         self.device = device
-        self.lengths = self._lengths(torch.ones(batch_size, dtype=torch.bool), probing=False)
+        self._active = torch.ones(batch_size, dtype=torch.bool)  # the rows the last decision was made for
+        self.lengths = self._lengths(self._active, probing=False)
 
     def alpha(self) -> torch.Tensor:
         """[batch] each row's estimated probability that a draft is accepted after accepted ones."""
@@ -221,22 +230,38 @@ class CostAwareSchedule(DraftSchedule):
         rows = active.cpu()
         k = 0
         if rows.any():
-            k = best_draft_length(self.alpha()[rows], self.costs, self.policy.max_gamma, self.policy.min_gain)
+            # Longer drafts only as acceptances come in: one more than the drafts a row accepted so far.
+            longest = min(self.policy.max_gamma, 1 + int(self.total_accepted[rows].max()))
+            k = best_draft_length(self.alpha()[rows], self.costs, longest, self.policy.min_gain)
             if k == 0 and probing:
                 k = 1
         return torch.full(rows.shape, k, dtype=torch.long, device=self.device)
 
     def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor) -> None:
         drafted = (active & (num_drafted > 0)).cpu()  # [batch]
+        if not drafted.any() and self.plain_steps + 1 < self.probe_interval and torch.equal(active.cpu(), self._active):
+            # Another plain step: nothing learned, same rows, no probe due, so the same decision.
+            self.plain_steps += 1
+            return
+        self._active = active.cpu()
         accepted, num_drafted = num_accepted.cpu().double(), num_drafted.cpu()
         decay = self.policy.decay
         # A step is a run of acceptances ended by one rejection, unless every draft was accepted.
         self.accepted = torch.where(drafted, self.accepted * decay + accepted, self.accepted)
+        self.total_accepted += num_accepted.cpu() * drafted
         self.rejected = torch.where(drafted, self.rejected * decay + (accepted < num_drafted).double(), self.rejected)
         probed = bool(drafted.any()) and self.plain_steps > 0  # drafts after plain steps: a probe
+        if probed:
+            self.run_accepted = 0
+        step_accepted = int(accepted[drafted].sum())
+        self.run_accepted += step_accepted
         self.plain_steps = 0 if drafted.any() else self.plain_steps + 1
         self.lengths = self._lengths(active, probing=self.plain_steps >= self.probe_interval)
-        if probed:
-            # A probe that brought drafting back resets the wait; one that did not doubles it.
-            pays = int(self.lengths.max()) > 0
-            self.probe_interval = self.first_interval if pays else min(2 * self.probe_interval, self.policy.max_probe_interval)
+        if drafted.any() and int(self.lengths.max()) == 0:  # drafting stops here: when to look again
+            policy = self.policy
+            if probed and step_accepted == 0:  # a probe that accepted nothing: wait twice as long
+                self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
+            elif self.run_accepted > 0:  # drafts were accepted: a dip of the estimate, look again soon
+                self.probe_interval = policy.probe_after
+            else:  # nothing was ever accepted: wait as long as the probe budget says
+                self.probe_interval = self.first_interval

@@ -19,6 +19,14 @@ def _groups(lengths: torch.Tensor, rows: torch.Tensor):
         yield length, (rows & (lengths == length)).nonzero().squeeze(1)
 
 
+def _common_length(lengths: torch.Tensor, rows: torch.Tensor) -> int | None:
+    """The length of every row when all rows are selected and equally long (every step of plain
+    decoding, and most of a batch's), else None: then the batch goes through in one call, as generate()
+    makes it."""
+    bounds = torch.stack([lengths.min(), lengths.max(), rows.all().long()]).tolist()
+    return bounds[0] if bounds[0] == bounds[1] and bounds[2] else None
+
+
 #: Processor attributes that hold one entry per batch row (transformers 5.x), by processor class.
 PER_ROW_STATE = {"RepetitionPenaltyLogitsProcessor": ("prompt_ignore_length",)}
 
@@ -52,9 +60,12 @@ def process_scores(
     rows: torch.Tensor,  # [batch] bool, rows to process; the others come back as zeros
 ) -> torch.Tensor:
     """Returns the processed scores, [batch, vocab]; unselected rows are 0 (finite, never sampled)."""
-    out = torch.where(rows[:, None], scores, 0.0)
     if not processors:
-        return out
+        return torch.where(rows[:, None], scores, 0.0)
+    length = _common_length(lengths, rows)
+    if length is not None:  # a copy: processors may write into their scores, the caller keeps the logits
+        return processors(sequences[:, :length], scores.clone())
+    out = torch.where(rows[:, None], scores, 0.0)
     for length, index in _groups(lengths, rows):
         out[index] = _rows_of(processors, index, len(rows))(sequences[index, :length], scores[index])
     return out
@@ -67,6 +78,9 @@ def check_stopping(
     rows: torch.Tensor,  # [batch] bool, rows to check
 ) -> torch.Tensor:
     """[batch] bool: the selected rows whose stopping criteria fire at their current length."""
+    length = _common_length(lengths, rows)
+    if length is not None:
+        return criteria(sequences[:, :length], None).to(rows.device)
     done = torch.zeros_like(rows)
     for length, index in _groups(lengths, rows):
         done[index] = criteria(sequences[index, :length], None).to(done.device)

@@ -103,6 +103,9 @@ def verify_stochastic(
     """
     batch, gamma = draft_tokens.shape
     device = target_probs.device
+    if gamma == 0:  # a plain step: the target's own token, drawn as generate() draws it
+        no_drafts = torch.zeros(batch, dtype=torch.long, device=device)
+        return _commit(draft_tokens, no_drafts, sample(target_probs[:, 0], generator)), no_drafts
     index = draft_tokens.clamp_min(0)[:, :, None]  # [batch, gamma, 1]; empty slots hold -1
     p_draft = target_probs[:, :gamma].gather(2, index).squeeze(2)  # [batch, gamma]
     q_draft = draft_probs.gather(2, index).squeeze(2)  # [batch, gamma]

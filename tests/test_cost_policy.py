@@ -52,6 +52,12 @@ def test_speculation_must_beat_a_plain_step_by_min_gain():
     assert best_draft_length(torch.tensor([0.52]), costs, max_gamma=1, min_gain=0.02) == 0
 
 
+def test_a_longer_draft_must_beat_the_best_shorter_one_by_min_gain():
+    # alpha 0.7 on STEEP: k=2 (.0189 per ms) beats k=1 (.0183) by 3.3 %: chosen at a 2 % margin, not at 5 %.
+    assert best_draft_length(torch.tensor([0.7]), STEEP, max_gamma=6, min_gain=0.02) == 2
+    assert best_draft_length(torch.tensor([0.7]), STEEP, max_gamma=6, min_gain=0.05) == 1
+
+
 def _schedule(policy, batch=1):
     return policy.start(None, None, batch, torch.device("cpu"))
 
@@ -228,3 +234,42 @@ def test_with_a_useless_drafter_the_loop_takes_plain_steps_and_probes(target, un
     assert int(lengths.sum()) == int(stats.steps.sum())  # one entry per step
     assert int(lengths[0]) > 30  # mostly plain steps ...
     assert 0 < int(lengths[1:].sum()) <= 6  # ... and a few probes
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_plain_steps_sample_exactly_as_generate_does(target, unrelated_drafter, batch):
+    """Costs under which drafting never pays: every step is plain, and each draws its token as generate()
+    draws it (one multinomial on the processed softmax, from the same RNG), so seeded sampling gives
+    plain generate()'s own tokens, alone and in a padded batch."""
+    input_ids, mask = tiny_models.prompts(batch, seed=34 + batch)
+    never = CostAwareDraftPolicy(costs=StepCosts(draft_ms=1e6, target_ms={1: 1.0, 2: 2.0}), max_probe_interval=64)
+    kwargs = dict(attention_mask=mask, do_sample=True, max_new_tokens=20, temperature=1.3, top_k=0)
+    torch.manual_seed(5)
+    expected = target.generate(input_ids, **kwargs)
+    torch.manual_seed(5)
+    stats = hf_specdec.SpeculativeStats()
+    out = target.generate(input_ids, drafter=unrelated_drafter, gamma=never, stats=stats, **kwargs)
+    assert int(stats.drafted.sum()) == 0
+    assert torch.equal(out, expected)
+
+
+def test_draft_lengths_grow_only_as_drafts_are_accepted():
+    # Free verification would draft max_gamma at once; a call starts at one draft and drafts at most one
+    # more than the drafts accepted so far in the call (0, 1, 3, 7 after each step here).
+    schedule = _schedule(CostAwareDraftPolicy(costs=FLAT, max_gamma=6))
+    assert [_step(schedule, accepted=6) for _ in range(5)] == [1, 2, 4, 6, 6]
+
+
+def test_after_a_dip_of_a_useful_drafter_the_probe_comes_soon():
+    # STEEP's budget waits 55 plain steps; a run that accepted drafts and then stopped (its estimate
+    # dipped) probes after probe_after (4) instead. A run that never accepted waits the budget.
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4)
+    useless = _schedule(policy)
+    lengths = [_step(useless, accepted=0) for _ in range(30)]
+    assert lengths[0] > 0 and 0 not in lengths[:1] and max(lengths[4:]) == 0  # stopped, no probe within 30
+    dipped = _schedule(policy)
+    lengths = [_step(dipped, accepted=1) for _ in range(4)]  # accepts one draft per step: it drafts more ...
+    assert min(lengths) > 0
+    lengths = [_step(dipped, accepted=0) for _ in range(16)]  # ... then a stretch of rejections
+    stop = lengths.index(0)
+    assert lengths[stop : stop + 4] == [0] * 4 and lengths[stop + 4] == 1  # probe after 4 plain steps
