@@ -180,3 +180,16 @@ def test_side_by_side_interleaves_methods_batch_by_batch_with_the_same_seeds():
                      ("b", 0, 10), ("a", 0, 10), ("a", 1, 11), ("b", 1, 11), ("b", 2, 12), ("a", 2, 12)]
     # Tokens count up to the first EOS (7): one per row; outputs come from the first repeat only.
     assert first.tokens == second.tokens == 3 and first.outputs == [[7]] * 3 and first.seconds > 0
+
+
+def test_ignore_eos_makes_every_row_generate_and_count_max_new_tokens(tiny_pair, tmp_path):
+    target, drafter, tokenizer = tiny_pair
+    config = BenchConfig(
+        sections=("plain", "default"), modes=("sampled",), max_new_tokens=6, num_prompts=3, gammas=(1,),
+        batch_sizes=(1, 2), threads=1, out=tmp_path, ignore_eos=True,
+    )
+    results = run_bench(target, drafter, tokenizer, config, progress=False)
+    rows = [row for section in results["sections"].values() for row in section["rows"]]
+    assert len(rows) == 1 + 2 * 3 and all(row["tokens"] == 3 * 6 for row in rows)
+    assert target.generation_config.eos_token_id == 2  # the model's own config is left as it was
+    assert "EOS ignored" in (tmp_path / "results.md").read_text()

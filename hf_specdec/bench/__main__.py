@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", type=_names(DTYPES), default=DTYPES,
                         help=f"the target's dtypes, comma list, each a run of its own ({','.join(DTYPES)}); with more "
                         "than one, each writes to OUT/<dtype>/")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="every row generates --max-new-tokens (EOS does not stop it): sampled outputs of different "
+                             "methods then cost the same number of steps, so batched sampled ratios compare like with like")
     parser.add_argument("--pack-linears", action="store_true",
                         help="run the target with hf_specdec.pack_linears (oneDNN-packed float32 Linear weights; plain "
                         "generate() uses them too)")
@@ -101,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         feature = resolve_drafter(feature_dir) if feature_dir is not None else None
         packed = args.pack_linears and pack_linears(target) > 0
         out = args.out / dtype if len(args.dtype) > 1 else args.out
-        config = BenchConfig(threads=args.threads, out=out, drafter_path=drafter_path, dtype=dtype, **settings)
+        config = BenchConfig(threads=args.threads, out=out, drafter_path=drafter_path, dtype=dtype,
+                             ignore_eos=args.ignore_eos, **settings)
         results = run_bench(
             target, drafter, tokenizer, config,
             f"SmolLM2-135M-Instruct ({dtype}{', oneDNN-packed linears' if packed else ''})", drafter_source,

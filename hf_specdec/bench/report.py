@@ -167,8 +167,10 @@ def markdown(results: dict, titles: dict[str, str]) -> str:
         + f", torch threads: {env['torch_threads']}, repeats: {config['repeats']}.",
         f"torch {env['torch']}, transformers {env['transformers']}, {env['cpu_count']} CPUs, load average "
         f"{env['load_average_start']} at start, {env['load_average_end']} at end; {env['wall_seconds']:.0f} s in all.",
-        "tokens/s = generated tokens (each row up to its first EOS) / wall time, after a warm-up call; "
-        "'= plain greedy' counts prompts whose greedy output equals plain generate()'s at the same batch size"
+        ("tokens/s = generated tokens (EOS ignored: every row generates max_new_tokens, all counted) / wall time, "
+         "after a warm-up call; " if config.get("ignore_eos") else
+         "tokens/s = generated tokens (each row up to its first EOS) / wall time, after a warm-up call; ")
+        + "'= plain greedy' counts prompts whose greedy output equals plain generate()'s at the same batch size"
         + (f"; in {config.get('dtype')}, '(tie n)' also counts a row whose first different token follows a position "
            "where plain generate()'s own top two logits were within 0.25 (a near-tie that half precision can flip)."
            if config.get("dtype", "float32") != "float32" else "."),

@@ -48,6 +48,7 @@ class BenchConfig:
     seed: int = 0
     drafter_path: str | None = None  # on disk, for sections that reload the drafter (int8)
     dtype: str = "float32"  # the target's, for the report
+    ignore_eos: bool = False  # every row generates max_new_tokens (EOS does not stop it) and all are counted
     feature_gammas: tuple[int, ...] = (1, 2, 3, 4)
     datagen_batch_size: int = 32
     out: Path = field(default_factory=lambda: Path("bench-results"))
@@ -96,6 +97,8 @@ class Bench:
         eos = target.generation_config.eos_token_id
         eos = [] if eos is None else eos if isinstance(eos, (list, tuple)) else [eos]
         self.eos_ids = {int(token) for token in eos}
+        # Tokens are counted up to each row's first EOS, unless EOS is ignored: then every token counts.
+        self.counted_eos = set() if config.ignore_eos else self.eos_ids
         pad = target.generation_config.pad_token_id
         self.pad_token_id = int(pad if pad is not None else min(self.eos_ids, default=0))
         self.prompt_ids = {
@@ -156,6 +159,8 @@ class Bench:
 
     def generate_kwargs(self, mode: str) -> dict[str, Any]:
         kwargs = {"max_new_tokens": self.config.max_new_tokens, "pad_token_id": self.pad_token_id}
+        if self.config.ignore_eos:
+            kwargs["eos_token_id"] = None
         if mode == "greedy":
             return {**kwargs, "do_sample": False}
         # Pure temperature sampling: transformers would otherwise add its default top_k=50.
@@ -173,7 +178,7 @@ class Bench:
                 method.generate,
                 batches,
                 self.generate_kwargs(mode),
-                self.eos_ids,
+                self.counted_eos,
                 seed=self.config.seed,
                 repeats=self.config.repeats,
                 collect_stats=method.key[0] == "hf_specdec",
@@ -196,7 +201,7 @@ class Bench:
                 [method.generate for method in methods],
                 batches,
                 self.generate_kwargs(mode),
-                self.eos_ids,
+                self.counted_eos,
                 seed=self.config.seed,
                 repeats=self.config.repeats,
                 collect_stats=[method.key[0] == "hf_specdec" for method in methods],
