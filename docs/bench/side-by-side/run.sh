@@ -18,10 +18,12 @@ O=docs/bench/side-by-side
   taskset -c 1 "${B[@]}" --dtype float32 --gammas 1,2 --batch-sizes 1,4 --sections default \
       --out $O/fp32-t1-default
 ) &
+# 3. Sampled, EOS ignored (every row generates 64 tokens), started 28 min after the two queues, beside them:
+# sampled texts differ between methods by design, and at batch 4 a batch lasts as long as its longest row,
+# so with EOS each method's batches do different amounts of work.
+(
+  sleep 1680
+  "${B[@]}" --dtype float32 --pack-linears --modes sampled --gammas 1,2 --batch-sizes 1,4 --sections default \
+      --ignore-eos --out $O/fp32-packed-t1-default-sampled-ignore-eos
+) &
 wait
-# Sampled, EOS ignored (every row generates 64 tokens): run beside the two queues above, after them in time
-# order of starting; sampled texts differ between methods by design, and at batch 4 a batch lasts as long
-# as its longest row, so with EOS each method's batches do different amounts of work.
-python -m hf_specdec.bench --num-prompts 8 --max-new-tokens 64 --no-progress --repeats 3 --threads 1 \
-    --dtype float32 --pack-linears --modes sampled --gammas 1,2 --batch-sizes 1,4 --sections default --ignore-eos \
-    --out $O/fp32-packed-t1-default-sampled-ignore-eos
