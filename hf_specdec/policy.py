@@ -248,7 +248,7 @@ class CostAwareSchedule(DraftSchedule):
         decay = self.policy.decay
         # A step is a run of acceptances ended by one rejection, unless every draft was accepted.
         self.accepted = torch.where(drafted, self.accepted * decay + accepted, self.accepted)
-        self.total_accepted += num_accepted.cpu() * drafted
+        self.total_accepted += accepted.long() * drafted
         self.rejected = torch.where(drafted, self.rejected * decay + (accepted < num_drafted).double(), self.rejected)
         probed = bool(drafted.any()) and self.plain_steps > 0  # drafts after plain steps: a probe
         if probed:

@@ -19,7 +19,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from hf_specdec.bench import prompts as prompt_sets
-from hf_specdec.bench.measure import GenerateFn, Measurement, time_generate, time_side_by_side
+from hf_specdec.bench.measure import GenerateFn, Measurement, time_side_by_side
 from hf_specdec.distill.evaluate import step_cost_ms
 
 MODES = ("greedy", "sampled")
@@ -105,7 +105,7 @@ class Bench:
             "chat": prompt_sets.encode(tokenizer, prompt_sets.CHAT_PROMPTS[: config.num_prompts]),
             "grounded": prompt_sets.encode(tokenizer, prompt_sets.grounded_prompts()[: config.num_prompts]),
         }
-        self.memo: dict[tuple, Measurement] = {}
+        self.memo: dict[tuple, list[Measurement]] = {}  # one Measurement per method timed together
         self.step_costs: dict[str, float] = {}  # ms of one cached forward, by model name (and width)
         self.best_gamma: dict[str, int] = {}  # per mode, set by the gamma sweep
 
@@ -168,23 +168,9 @@ class Bench:
 
     def run(self, method: Method, mode: str, batch_size: int = 1, prompts: str = "chat") -> Measurement:
         """`method` timed on the prompt set `prompts` at `batch_size` in `mode` (memoized)."""
-        key = (method.key, mode, batch_size, prompts)
-        if key not in self.memo:
-            if self.progress is not None:
-                name = "/".join(str(part) for part in method.key if not isinstance(part, tuple))
-                self.progress.set_postfix_str(f"{name} {mode} b={batch_size} {prompts}")
-            batches = prompt_sets.batches(self.prompt_ids[prompts], batch_size, self.pad_token_id)
-            self.memo[key] = time_generate(
-                method.generate,
-                batches,
-                self.generate_kwargs(mode),
-                self.counted_eos,
-                seed=self.config.seed,
-                repeats=self.config.repeats,
-                collect_stats=method.key[0] == "hf_specdec",
-            )
-            self._tick()
-        return self.memo[key]
+        name = "/".join(str(part) for part in method.key if not isinstance(part, tuple))
+        (measurement,) = self._timed((method.key, mode, batch_size, prompts), [method], name, mode, batch_size, prompts)
+        return measurement
 
     def run_side_by_side(
         self, methods: list[Method], mode: str, batch_size: int = 1, prompts: str = "chat"
@@ -193,9 +179,15 @@ class Bench:
         measurements of one group are comparable with each other, not with solo ones."""
         methods = [self.plain(), *[method for method in methods if method.key != ("plain",)]]
         key = ("side by side", tuple(method.key for method in methods), mode, batch_size, prompts)
+        return self._timed(key, methods, f"{len(methods)} methods side by side", mode, batch_size, prompts)
+
+    def _timed(
+        self, key: tuple, methods: list[Method], name: str, mode: str, batch_size: int, prompts: str
+    ) -> list[Measurement]:
+        """The measurements of `methods` timed together (one method: alone), memoized under `key`."""
         if key not in self.memo:
             if self.progress is not None:
-                self.progress.set_postfix_str(f"{len(methods)} methods side by side {mode} b={batch_size} {prompts}")
+                self.progress.set_postfix_str(f"{name} {mode} b={batch_size} {prompts}")
             batches = prompt_sets.batches(self.prompt_ids[prompts], batch_size, self.pad_token_id)
             self.memo[key] = time_side_by_side(
                 [method.generate for method in methods],
