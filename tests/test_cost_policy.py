@@ -216,6 +216,23 @@ def test_measured_costs_describe_the_models(target, partial_drafter):
     assert costs.verify_ms(3) == pytest.approx((costs.verify_ms(2) + costs.verify_ms(4)) / 2)
 
 
+def test_calibration_keeps_the_fastest_round_of_each_width(target, partial_drafter, monkeypatch):
+    # Widths 1 and 2 are timed in turns (1, 2, 1, 2, ...), then the drafter's step 5 times. Slow stretches
+    # (95 ms for a 1-token forward, 120 ms for a 2-token one) are noise that only ever adds time: the
+    # fastest rounds, 60 and 74, are the costs; a median (62 and 76) moves with how many rounds were slow.
+    readings = iter([60.0, 75.0, 95.0, 76.0, 61.0, 120.0, 94.0, 74.0, 62.0, 77.0, 3.0, 9.0, 3.5, 3.2, 8.0])
+
+    def fake_time_ms(run):
+        run()
+        return next(readings)
+
+    monkeypatch.setattr(calibration, "_time_ms", fake_time_ms)
+    costs = calibration.measure(target, hf_specdec.ModelDrafter(partial_drafter), 1, torch.device("cpu"), (1, 2))
+    assert costs.target_ms == ((1, 60.0), (2, 74.0))
+    assert costs.draft_ms == 3.0
+    assert next(readings, None) is None  # every reading was taken: 5 rounds of 2 widths, 5 drafter steps
+
+
 def test_invalid_policy_settings_raise():
     for kwargs in (dict(decay=0.0), dict(prior_alpha=1.5), dict(min_gain=-1.0), dict(probe_after=0), dict(max_probe_interval=2),
                    dict(probe_budget=0.0)):
