@@ -111,6 +111,8 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
         assert len(fastest) == 1 and fastest[0]["tokens_per_s"] == max(r["tokens_per_s"] for r in group[:-2])
         assert group[-2]["vs_best_fixed"] == pytest.approx(group[-2]["tokens_per_s"] / fastest[0]["tokens_per_s"], abs=1e-3)
         assert group[-1]["method"] == "hf_specdec, default, unrelated drafter"
+        for row in group:  # one repeat: its ratio is the median's
+            assert row["speedup_range"] == pytest.approx([row["speedup"]] * 2, abs=1e-3)
     feature_rows = sections["feature"]["rows"]
     assert {row["gamma"] for row in feature_rows} == {1, 2, 3, 4, "default"}
     assert 0 <= min(row["alpha"] for row in feature_rows if "alpha" in row) and sections["feature"]["step_cost_ratio"] > 0
@@ -180,6 +182,7 @@ def test_side_by_side_interleaves_methods_batch_by_batch_with_the_same_seeds():
                      ("b", 0, 10), ("a", 0, 10), ("a", 1, 11), ("b", 1, 11), ("b", 2, 12), ("a", 2, 12)]
     # Tokens count up to the first EOS (7): one per row; outputs come from the first repeat only.
     assert first.tokens == second.tokens == 3 and first.outputs == [[7]] * 3 and first.seconds > 0
+    assert len(first.repeat_seconds) == 2 and first.seconds == pytest.approx(sum(first.repeat_seconds) / 2)
 
 
 def test_ignore_eos_makes_every_row_generate_and_count_max_new_tokens(tiny_pair, tmp_path):

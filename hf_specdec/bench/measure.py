@@ -29,6 +29,7 @@ class Measurement:
     seconds: float  # wall time of the timed calls (median over repeats)
     outputs: list[list[int]]  # per prompt, the generated tokens that were counted
     stats: SpeculativeStats | None  # hf_specdec's counters, None for other methods
+    repeat_seconds: tuple[float, ...] = ()  # wall time of each repeat, in order
 
     @property
     def tokens_per_s(self) -> float:
@@ -62,7 +63,7 @@ def time_side_by_side(
 
     Batch i is generated with the global RNG seeded `seed + i`, so every method sees the same seeds.
     Returns one Measurement per method: outputs and stats (where `collect_stats` says) from the first
-    repeat, `seconds` the median total over `repeats`.
+    repeat, `seconds` the median total over `repeats`, `repeat_seconds` each repeat's total.
     """
     collect_stats = collect_stats or [False] * len(generates)
     warmup_kwargs = {**generate_kwargs, "max_new_tokens": min(warmup_tokens, generate_kwargs["max_new_tokens"])}
@@ -87,7 +88,8 @@ def time_side_by_side(
             turn += 1
     return [
         Measurement(
-            tokens=sum(len(row) for row in rows), seconds=statistics.median(seconds), outputs=rows, stats=method_stats
+            tokens=sum(len(row) for row in rows), seconds=statistics.median(seconds), outputs=rows, stats=method_stats,
+            repeat_seconds=tuple(seconds),
         )
         for rows, seconds, method_stats in zip(outputs, totals, stats)
     ]

@@ -39,12 +39,14 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
     "default": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("gamma", "gamma"),
         ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens_per_s", "tokens/s"),
-        ("speedup", "vs plain"), ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"),
+        ("speedup", "vs plain"), ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"),
+        ("exact", "= plain greedy"),
     ],
     "feature": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("gamma", "gamma"), ("alpha", "alpha"),
         ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens_per_s", "tokens/s"),
-        ("speedup", "vs plain"), ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"),
+        ("speedup", "vs plain"), ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"),
+        ("exact", "= plain greedy"),
     ],
     "datagen": [
         ("method", "method"), ("batch_size", "batch"), ("tokens", "tokens"), ("seconds", "s"), ("tokens_per_s", "tokens/s"),
@@ -137,6 +139,8 @@ def _cell(row: dict, key: str) -> str:
     value = row.get(key)
     if value is None:
         return "–"
+    if key == "speedup_range":  # [lowest, highest]
+        return f"{value[0]:.3f}–{value[1]:.3f}"
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
     return str(value)

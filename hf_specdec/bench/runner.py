@@ -205,12 +205,23 @@ class Bench:
         self, methods: list[tuple[Method, dict[str, Any]]], mode: str, batch_size: int = 1, prompts: str = "chat"
     ) -> list[dict[str, Any]]:
         """One result row per (method, labels), timed side by side with plain generate(), against which
-        each row's speedup is taken (see `row`); every row says so (`timing: side by side`)."""
+        each row's speedup is taken (see `row`); every row says so (`timing: side by side`) and gives the
+        lowest and highest speedup of a single repeat (`speedup_range`), so a reader sees how far the
+        median ratio could move with the noise of this run."""
         plain, *measured = self.run_side_by_side([method for method, _ in methods], mode, batch_size, prompts)
-        return [
-            {**self._row(measurement, plain, mode, batch_size, prompts, labels), "timing": "side by side"}
-            for measurement, (_, labels) in zip(measured, methods)
-        ]
+        rows = []
+        for measurement, (_, labels) in zip(measured, methods):
+            row = {**self._row(measurement, plain, mode, batch_size, prompts, labels), "timing": "side by side"}
+            # tokens/s ratio of one repeat: the token counts are the same in every repeat.
+            ratios = [
+                plain_s / seconds * measurement.tokens / plain.tokens
+                for plain_s, seconds in zip(plain.repeat_seconds, measurement.repeat_seconds)
+                if seconds > 0 and plain.tokens
+            ]
+            if ratios:
+                row["speedup_range"] = [round(min(ratios), 4), round(max(ratios), 4)]
+            rows.append(row)
+        return rows
 
     def step_cost(self, name: str, model: PreTrainedModel, num_tokens: int = 1) -> float:
         """`step_cost_ms` of `model` feeding `num_tokens` after the first chat prompt, memoized under `name`."""
