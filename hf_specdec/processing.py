@@ -2,7 +2,9 @@
 
 Contract: a processor or criterion sees, for each row, exactly the `input_ids` that row would have in
 plain generate() at that point (left-padded prompt + its tokens so far); rows that are at the same
-length are processed in one call, so a batch costs one call per distinct length.
+length are processed in one call, so a batch costs one call per distinct length, and processors that
+read only the scores (temperature, top-k, top-p, ...) take the whole batch in one call whatever the
+lengths.
 """
 
 from __future__ import annotations
@@ -11,6 +13,16 @@ import copy
 
 import torch
 from transformers import LogitsProcessorList, StoppingCriteriaList
+from transformers.generation import logits_process
+
+#: transformers' processors that read only the scores, never the tokens so far (exact classes: a subclass
+#: may read them): rows of different lengths go through them in one call, as generate() calls them.
+CONTEXT_FREE = tuple(
+    getattr(logits_process, name)
+    for name in ("TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper",
+                 "TypicalLogitsWarper", "EpsilonLogitsWarper", "EtaLogitsWarper")
+    if hasattr(logits_process, name)
+)
 
 
 def _groups(lengths: torch.Tensor, rows: torch.Tensor):
@@ -23,8 +35,8 @@ def _common_length(lengths: torch.Tensor, rows: torch.Tensor) -> int | None:
     """The length of every row when all rows are selected and equally long (every step of plain
     decoding, and most of a batch's), else None: then the batch goes through in one call, as generate()
     makes it."""
-    bounds = torch.stack([lengths.min(), lengths.max(), rows.all().long()]).tolist()
-    return bounds[0] if bounds[0] == bounds[1] and bounds[2] else None
+    values = lengths.tolist()  # one small copy: this runs twice per step, and every tensor op costs
+    return values[0] if min(values) == max(values) and bool(rows.all()) else None
 
 
 #: Processor attributes that hold one entry per batch row (transformers 5.x), by processor class.
@@ -65,6 +77,8 @@ def process_scores(
     length = _common_length(lengths, rows)
     if length is not None:  # a copy: processors may write into their scores, the caller keeps the logits
         return processors(sequences[:, :length], scores.clone())
+    if all(type(processor) in CONTEXT_FREE for processor in processors):  # temperature, top-k, top-p, ...
+        return torch.where(rows[:, None], processors(sequences, scores.clone()), 0.0)
     out = torch.where(rows[:, None], scores, 0.0)
     for length, index in _groups(lengths, rows):
         out[index] = _rows_of(processors, index, len(rows))(sequences[index, :length], scores[index])

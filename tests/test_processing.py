@@ -1,0 +1,54 @@
+"""generate()'s processors on rows of ragged length: each row processed as plain generate() would at its
+length, in as few calls as that allows."""
+
+import torch
+from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper
+from transformers import TopKLogitsWarper, TopPLogitsWarper
+
+from hf_specdec.processing import process_scores
+
+
+class Counting(LogitsProcessorList):
+    calls = 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        type(self).calls += 1
+        return super().__call__(input_ids, scores, **kwargs)
+
+
+def _ragged():
+    generator = torch.Generator().manual_seed(0)
+    sequences = torch.randint(0, 50, (3, 12), generator=generator)
+    lengths = torch.tensor([7, 9, 9])
+    scores = torch.randn(3, 50, generator=generator)
+    return sequences, lengths, scores
+
+
+def _one_row_at_a_time(processors, sequences, lengths, scores, rows):
+    out = torch.zeros_like(scores)
+    for b in rows.nonzero().squeeze(1).tolist():
+        out[b] = processors(sequences[b : b + 1, : int(lengths[b])], scores[b : b + 1].clone())[0]
+    return out
+
+
+def test_score_only_processors_take_ragged_rows_in_one_call():
+    sequences, lengths, scores = _ragged()
+    rows = torch.tensor([True, True, False])
+    processors = Counting([TemperatureLogitsWarper(0.7), TopKLogitsWarper(10), TopPLogitsWarper(0.9)])
+    Counting.calls = 0
+    out = process_scores(processors, sequences, lengths, scores, rows)
+    assert Counting.calls == 1
+    assert torch.equal(out, _one_row_at_a_time(processors, sequences, lengths, scores, rows))
+    assert torch.equal(out[2], torch.zeros(50))  # unselected rows come back as zeros
+
+
+def test_processors_that_read_the_tokens_go_length_by_length():
+    sequences, lengths, scores = _ragged()
+    rows = torch.tensor([True, True, True])
+    processors = LogitsProcessorList([TemperatureLogitsWarper(0.7), RepetitionPenaltyLogitsProcessor(1.5)])
+    out = process_scores(processors, sequences, lengths, scores, rows)
+    # Lengths 7 and 9: each row's penalty sees only its own tokens so far.
+    assert torch.equal(out, _one_row_at_a_time(processors, sequences, lengths, scores, rows))
+    # Negative control: all rows processed at the longest length penalize tokens row 0 has not produced yet.
+    wrong = processors(sequences[:, :9], scores.clone())
+    assert not torch.equal(out[0], wrong[0])
