@@ -52,15 +52,15 @@ class SpeculativeStats:
         num_accepted: torch.Tensor,  # [batch] drafts accepted
         num_emitted: torch.Tensor,  # [batch] tokens committed (after stopping criteria)
     ) -> None:
-        active = active.cpu()
-        num_accepted = num_accepted.cpu()
-        self.drafted += num_drafted.cpu() * active
+        active = active.long().cpu()
+        num_drafted, num_accepted = num_drafted.cpu(), num_accepted.cpu()
+        self.drafted += num_drafted * active
         self.accepted += num_accepted * active
         self.emitted += num_emitted.cpu() * active
-        self.steps += active.long()
-        rows = active.nonzero().squeeze(1)
-        self.accepted_histogram.index_put_((rows, num_accepted[rows]), torch.ones_like(rows), accumulate=True)
-        self.drafted_histogram.index_put_((rows, num_drafted.cpu()[rows]), torch.ones_like(rows), accumulate=True)
+        self.steps += active
+        rows = torch.arange(len(active))  # every row adds its step, inactive rows add 0
+        self.accepted_histogram.index_put_((rows, num_accepted), active, accumulate=True)
+        self.drafted_histogram.index_put_((rows, num_drafted), active, accumulate=True)
 
     def merge(self, other: "SpeculativeStats") -> None:
         """Appends the rows of another call (e.g. the next pipeline batch) and adds its forward counts."""
