@@ -139,8 +139,8 @@ def speculative_decode(
             sequences, pad_lens, ends, width + 1, anchors=lens + width, feature_layers=feature_layers
         )
         target_logits = target_logits[..., :vocab_size]  # [batch, width + 1, vocab]
-        target_scores = [process(target_logits[:, j], lens + j, active & (j <= num_drafted)) for j in range(width + 1)]
-        target_scores = torch.stack(target_scores, dim=1) if width else target_scores[0][:, None]  # [batch, width + 1, vocab]
+        processed = [process(target_logits[:, j], lens + j, active & (j <= num_drafted)) for j in range(width + 1)]
+        target_scores = torch.stack(processed, dim=1) if width else processed[0][:, None]  # [batch, width + 1, vocab]
         if do_sample:
             committed, num_accepted = verify_stochastic(
                 draft.tokens, draft.draft_probs(vocab_size), target_scores.softmax(dim=-1), generator, num_drafted

@@ -183,6 +183,7 @@ def test_side_by_side_interleaves_methods_batch_by_batch_with_the_same_seeds():
     # Tokens count up to the first EOS (7): one per row; outputs come from the first repeat only.
     assert first.tokens == second.tokens == 3 and first.outputs == [[7]] * 3 and first.seconds > 0
     assert len(first.repeat_seconds) == 2 and first.seconds == pytest.approx(sum(first.repeat_seconds) / 2)
+    assert first.repeat_tokens_per_s == [3 / seconds for seconds in first.repeat_seconds]
 
 
 def test_ignore_eos_makes_every_row_generate_and_count_max_new_tokens(tiny_pair, tmp_path):

@@ -35,6 +35,11 @@ class Measurement:
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def repeat_tokens_per_s(self) -> list[float]:
+        """tokens/s of each repeat (every repeat generates the same tokens: outputs come from the first)."""
+        return [self.tokens / seconds if seconds > 0 else 0.0 for seconds in self.repeat_seconds]
+
 
 def generated_tokens(sequences: torch.Tensor, prompt_len: int, eos_ids: set[int]) -> list[list[int]]:
     """Each row's new tokens (sequences [rows, length]) up to and including its first EOS."""

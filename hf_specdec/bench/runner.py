@@ -212,11 +212,10 @@ class Bench:
         rows = []
         for measurement, (_, labels) in zip(measured, methods):
             row = {**self._row(measurement, plain, mode, batch_size, prompts, labels), "timing": "side by side"}
-            # tokens/s ratio of one repeat: the token counts are the same in every repeat.
             ratios = [
-                plain_s / seconds * measurement.tokens / plain.tokens
-                for plain_s, seconds in zip(plain.repeat_seconds, measurement.repeat_seconds)
-                if seconds > 0 and plain.tokens
+                ours / theirs
+                for ours, theirs in zip(measurement.repeat_tokens_per_s, plain.repeat_tokens_per_s)
+                if theirs > 0
             ]
             if ratios:
                 row["speedup_range"] = [round(min(ratios), 4), round(max(ratios), 4)]
