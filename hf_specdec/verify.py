@@ -19,7 +19,8 @@ import torch
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draws one token per row of `probs` ([..., vocab], rows sum to 1); returns [...] long.
+    """Draws one token per row of `probs` ([..., vocab], rows sum to 1); returns [...] long. This is
+    generate()'s own draw (torch.multinomial), so a plain step repeats generate()'s tokens for a seed.
 
     Uses the explicit `generator` when given (on its own device) and the global RNG otherwise.
     """
@@ -31,11 +32,36 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     return tokens.reshape(probs.shape[:-1])
 
 
-def uniform(shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draws one token per row of `probs` ([..., vocab], rows sum to 1) from the same distribution as
+    `sample`, but not from the same random stream: one float64 uniform per row, inverted through the row's
+    float64 CDF. On a CPU it costs a fraction of torch.multinomial, which draws an exponential per
+    vocabulary entry (vocab 49k, one thread: 0.1 vs 1.5 ms for one row, 0.3 vs 5.6 ms for four). For the
+    draws that need not repeat generate()'s own: the drafts, and a drafting step's last token.
+    """
+    flat = probs.reshape(-1, probs.shape[-1])  # [rows, vocab]
+    if flat.device.type == "mps":  # no float64 there
+        return sample(probs, generator)
+    num_rows, vocab = flat.shape
+    # One running sum over all rows (a 1-D cumsum is several times faster than a row-wise one here); row r
+    # spans (ends[r - 1], ends[r]], and a uniform point in it lands on token i with probability p_i.
+    cdf = flat.double().reshape(-1).cumsum(dim=0)  # [rows * vocab]
+    ends = cdf[vocab - 1 :: vocab]  # [rows]
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])  # [rows]
+    points = starts + uniform((num_rows,), flat.device, generator, torch.float64) * (ends - starts)
+    tokens = torch.searchsorted(cdf, points, right=True) - torch.arange(num_rows, device=flat.device) * vocab
+    # A point rounded onto its row's end would fall past it: take a token with mass (probability ~2^-53).
+    tokens = torch.where(tokens < vocab, tokens, flat.argmax(dim=-1))
+    return tokens.reshape(probs.shape[:-1])
+
+
+def uniform(
+    shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """U[0, 1) draws of `shape` on `device`, taken from `generator` when given."""
     if generator is None:
-        return torch.rand(shape, device=device)
-    return torch.rand(shape, device=generator.device, generator=generator).to(device)
+        return torch.rand(shape, device=device, dtype=dtype)
+    return torch.rand(shape, device=generator.device, generator=generator, dtype=dtype).to(device)
 
 
 def _commit(
@@ -121,5 +147,5 @@ def verify_stochastic(
     p_next = target_probs[rows, num_accepted]  # [batch, vocab]
     q_padded = torch.cat([draft_probs * drafted[:, :, None], torch.zeros_like(target_probs[:, :1])], dim=1)
     q_next = q_padded[rows, num_accepted]  # [batch, vocab]
-    next_tokens = sample(residual_probs(p_next, q_next), generator)  # [batch]
+    next_tokens = draw(residual_probs(p_next, q_next), generator)  # [batch]
     return _commit(draft_tokens, num_accepted, next_tokens), num_accepted

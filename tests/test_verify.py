@@ -123,3 +123,31 @@ def test_explicit_generator_makes_results_reproducible():
     first = verify.verify_stochastic(drafts, probs[:, :3], probs.flip(0), torch.Generator().manual_seed(7))
     second = verify.verify_stochastic(drafts, probs[:, :3], probs.flip(0), torch.Generator().manual_seed(7))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+# Two rows drawn in one call, each with zero-mass tokens at its ends and inside (the CDF's edge cases).
+DRAW_ROWS = _probs([0.0, 0.5, 0.0, 0.3, 0.2, 0.0], [0.0, 0.1, 0.6, 0.0, 0.3, 0.0])
+
+
+def _drawn_counts(draw, seed):
+    """Counts of each row's tokens over N batched draws (seed `seed`), [2, vocab]."""
+    tokens = draw(DRAW_ROWS.repeat(N, 1), torch.Generator().manual_seed(seed)).view(N, 2)
+    return torch.stack([torch.bincount(tokens[:, r], minlength=DRAW_ROWS.shape[1]) for r in range(2)])
+
+
+def test_draw_follows_each_rows_distribution_and_never_a_zero_mass_token():
+    # N = 20,000 draws per row, seed 5, chi-square at the 0.999 quantile (stats_util).
+    counts = _drawn_counts(verify.draw, seed=5)
+    assert all(fits(counts[r], DRAW_ROWS[r]) for r in range(2))
+    assert (counts[DRAW_ROWS == 0] == 0).all()
+
+
+def test_draw_negative_control_every_row_from_the_first_rows_distribution_fails():
+    counts = _drawn_counts(lambda probs, gen: verify.draw(probs[:1].expand_as(probs), gen), seed=5)
+    assert not fits(counts[1], DRAW_ROWS[1])
+
+
+def test_draw_is_reproducible_with_an_explicit_generator_and_keeps_the_leading_shape():
+    probs = torch.softmax(torch.randn(3, 4, 50, generator=torch.Generator().manual_seed(0)), dim=-1)
+    first = verify.draw(probs, torch.Generator().manual_seed(1))
+    assert first.shape == (3, 4) and torch.equal(first, verify.draw(probs, torch.Generator().manual_seed(1)))

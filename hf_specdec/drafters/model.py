@@ -8,7 +8,7 @@ from transformers import PreTrainedModel
 from hf_specdec import compat
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures
-from hf_specdec.verify import sample
+from hf_specdec.verify import draw
 
 
 class ModelDrafter(Drafter):
@@ -63,7 +63,7 @@ class ModelDraftSession(DraftSession):
             step_probs = scores.softmax(dim=-1) if ctx.do_sample or ctx.min_confidence > 0 else None
             if ctx.do_sample:
                 probs.append(step_probs)
-                token = sample(step_probs, ctx.generator)  # [batch]
+                token = draw(step_probs, ctx.generator)  # [batch]
             else:
                 token = scores.argmax(dim=-1)
             tokens[:, j] = torch.where(rows, token, -1)
