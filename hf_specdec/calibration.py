@@ -111,13 +111,14 @@ def measure(target, drafter: Drafter, batch_size: int, device: torch.device, wid
     target_ms = {width: min(times) for width, times in rounds.items()}
 
     # The drafter drafts one token after CONTEXT + 1 tokens and is rolled back by two, so each timed step
-    # feeds what a step after a verification feeds (the last confirmed tokens) and drafts one token.
+    # feeds what a step after a verification feeds (the last confirmed tokens) and drafts one token. It
+    # samples it (softmax and a draw; a greedy draft's argmax costs a little less).
     session = drafter.start(target, batch_size, device)
     session.observe(context, features)
     ctx = DraftContext(
         sequences=sequences.clone(), pad_lens=pad_lens, lens=context + 1,
-        active=torch.ones(batch_size, dtype=torch.bool, device=device), vocab_size=vocab, do_sample=False,
-        generator=None, process=lambda scores, lengths, rows: scores,
+        active=torch.ones(batch_size, dtype=torch.bool, device=device), vocab_size=vocab, do_sample=True,
+        generator=torch.Generator(device=device).manual_seed(0), process=lambda scores, lengths, rows: scores,
     )
     ones = torch.ones(batch_size, dtype=torch.long, device=device)
 

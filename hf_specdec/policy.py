@@ -149,11 +149,14 @@ class CostAwareDraftPolicy(DraftPolicy):
     at one draft and drafts at most one more than a row has accepted so far, so a drafter that turns out
     useless costs single drafts before it is dropped. After choosing
     plain steps it probes with one draft, so a drafter that becomes useful later is used again. When a run
-    of drafting steps that accepted drafts ends (an unlucky stretch pulled the estimate down), the first
-    probe comes after `probe_after` plain steps; when drafting never accepted anything, after as many
-    plain steps as keep a probe's extra cost (a drafter step and a 2-token instead of a 1-token forward)
-    within `probe_budget` of the plain steps' time (at least `probe_after`). Each probe that accepts
-    nothing doubles the wait (at most `max_probe_interval`).
+    of drafting steps ends although drafting pays on the evidence (the run's own acceptance, or the call's
+    so far, is at least the break-even acceptance of one draft: an unlucky stretch pulled the decayed
+    estimate down), the first probe comes after `probe_after` plain steps. Otherwise the first run waits as
+    many plain steps as keep a probe's extra cost (a drafter step and a 2-token instead of a 1-token
+    forward) within `probe_budget` of the plain steps' time (at least `probe_after`), and each probe that
+    does not pay doubles the wait (at most `max_probe_interval`). In a batch a probe drafts for every row,
+    so some row accepts by chance even when the drafter does not pay; acceptance counts, not a single
+    accepted token, decide.
 
     Args:
         max_gamma: most drafts per step considered.
@@ -214,8 +217,12 @@ class CostAwareSchedule(DraftSchedule):
         budgeted = math.ceil(extra / (policy.probe_budget * costs.verify_ms(1)))
         self.first_interval = min(max(policy.probe_after, budgeted), policy.max_probe_interval)
         self.probe_interval = self.first_interval
+        # Drafting pays on average when each row's per-token acceptance reaches this (one draft vs a plain step).
+        self.break_even = (costs.draft_ms + costs.verify_ms(2)) * (1 + policy.min_gain) / costs.verify_ms(1) - 1
         self.plain_steps = 0  # plain steps since the last draft
-        self.run_accepted = 0  # drafts accepted in the current (or last) run of drafting steps
+        self.run_counts = [0, 0]  # accepted drafts, rejections in the current (or last) run of drafting steps
+        self.call_counts = [0, 0]  # the same over the whole call
+        self.run_probed = False  # the current (or last) run began with a probe
         self.device = device
         self._active = torch.ones(batch_size, dtype=torch.bool)  # the rows the last decision was made for
         self.lengths = self._lengths(self._active, probing=False)
@@ -247,21 +254,33 @@ class CostAwareSchedule(DraftSchedule):
         accepted, num_drafted = num_accepted.cpu().double(), num_drafted.cpu()
         decay = self.policy.decay
         # A step is a run of acceptances ended by one rejection, unless every draft was accepted.
+        rejections = (accepted < num_drafted).double()
         self.accepted = torch.where(drafted, self.accepted * decay + accepted, self.accepted)
         self.total_accepted += accepted.long() * drafted
-        self.rejected = torch.where(drafted, self.rejected * decay + (accepted < num_drafted).double(), self.rejected)
+        self.rejected = torch.where(drafted, self.rejected * decay + rejections, self.rejected)
         probed = bool(drafted.any()) and self.plain_steps > 0  # drafts after plain steps: a probe
         if probed:
-            self.run_accepted = 0
-        step_accepted = int(accepted[drafted].sum())
-        self.run_accepted += step_accepted
+            self.run_counts, self.run_probed = [0, 0], True
+        step_counts = (int(accepted[drafted].sum()), int(rejections[drafted].sum()))
+        for counts in (self.run_counts, self.call_counts):
+            counts[0] += step_counts[0]
+            counts[1] += step_counts[1]
         self.plain_steps = 0 if drafted.any() else self.plain_steps + 1
         self.lengths = self._lengths(active, probing=self.plain_steps >= self.probe_interval)
         if drafted.any() and int(self.lengths.max()) == 0:  # drafting stops here: when to look again
             policy = self.policy
-            if probed and step_accepted == 0:  # a probe that accepted nothing: wait twice as long
+            paying = max(_rate(self.run_counts), _rate(self.call_counts)) >= self.break_even
+            if probed and step_counts[0] == 0:  # a probe that accepted nothing: wait twice as long
                 self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
-            elif self.run_accepted > 0:  # drafts were accepted: a dip of the estimate, look again soon
+            elif paying:  # a dip of the estimate of a drafter that pays: look again soon
                 self.probe_interval = policy.probe_after
-            else:  # nothing was ever accepted: wait as long as the probe budget says
+            elif self.run_probed:  # a probe that did not pay: wait twice as long
+                self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
+            else:  # the call's first run did not pay: wait as long as the probe budget says
                 self.probe_interval = self.first_interval
+
+
+def _rate(counts: list[int]) -> float:
+    """Per-token acceptance from (accepted drafts, rejections): accepted / (accepted + rejections)."""
+    accepted, rejected = counts
+    return accepted / (accepted + rejected) if accepted + rejected else 0.0

@@ -278,15 +278,44 @@ def test_draft_lengths_grow_only_as_drafts_are_accepted():
 
 
 def test_after_a_dip_of_a_useful_drafter_the_probe_comes_soon():
-    # STEEP's budget waits 55 plain steps; a run that accepted drafts and then stopped (its estimate
-    # dipped) probes after probe_after (4) instead. A run that never accepted waits the budget.
+    # STEEP's budget waits 55 plain steps; a run whose drafts were accepted (above the break-even acceptance,
+    # 0.58 on STEEP) and then stopped (its decayed estimate dipped) probes after probe_after (4) instead.
+    # A run that never accepted waits the budget.
     policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4)
     useless = _schedule(policy)
     lengths = [_step(useless, accepted=0) for _ in range(30)]
     assert lengths[0] > 0 and 0 not in lengths[:1] and max(lengths[4:]) == 0  # stopped, no probe within 30
     dipped = _schedule(policy)
-    lengths = [_step(dipped, accepted=1) for _ in range(4)]  # accepts one draft per step: it drafts more ...
+    lengths = [_step(dipped, accepted=6) for _ in range(6)]  # every draft accepted: it drafts more ...
     assert min(lengths) > 0
     lengths = [_step(dipped, accepted=0) for _ in range(16)]  # ... then a stretch of rejections
     stop = lengths.index(0)
     assert lengths[stop : stop + 4] == [0] * 4 and lengths[stop + 4] == 1  # probe after 4 plain steps
+
+
+def _batch_step(schedule, accepting):
+    """One step in which the rows in `accepting` ([batch] bool) accept every draft and the others none."""
+    drafted = schedule.lengths.clone()
+    schedule.update(torch.ones_like(accepting), drafted, torch.where(accepting, drafted, 0))
+    return int(drafted.max())
+
+
+def test_in_a_batch_a_probe_one_row_accepts_is_not_taken_for_a_useful_drafter():
+    # Batch 4: row 0 accepts every draft, the other three none, so a probe always accepts a token, but the
+    # per-token acceptance is 1/4, below STEEP's break-even 0.58: the waits double as after failed probes.
+    # Negative control: when every row accepts, drafting pays, and probes after a dip come after 4 steps.
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4, max_probe_interval=16, probe_budget=1.0)
+    one_row = torch.tensor([True, False, False, False])
+    schedule = _schedule(policy, batch=4)
+    lengths = [_batch_step(schedule, one_row) for _ in range(80)]
+    first_plain = lengths.index(0)
+    probes = [i for i in range(first_plain, 80) if lengths[i] > 0]
+    waits = [b - a - 1 for a, b in zip([first_plain - 1, *probes], probes)]
+    assert waits[:4] == [4, 8, 16, 16]
+
+    schedule = _schedule(policy, batch=4)
+    for _ in range(6):
+        _batch_step(schedule, torch.ones(4, dtype=torch.bool))
+    lengths = [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(30)]
+    stop = lengths.index(0)
+    assert lengths[stop : stop + 4] == [0] * 4 and lengths[stop + 4] == 1
