@@ -212,6 +212,7 @@ class CostAwareSchedule(DraftSchedule):
         self.accepted = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed accepted drafts
         self.rejected = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed rejections
         self.total_accepted = torch.zeros(batch_size, dtype=torch.long)  # [batch] drafts accepted in this call
+        self.total_rejected = torch.zeros(batch_size, dtype=torch.long)  # [batch] rejections in this call
         # The first wait: probe_after plain steps, or as many as keep a probe's extra cost within the budget.
         extra = costs.draft_ms + costs.verify_ms(2) - costs.verify_ms(1)
         budgeted = math.ceil(extra / (policy.probe_budget * costs.verify_ms(1)))
@@ -220,8 +221,7 @@ class CostAwareSchedule(DraftSchedule):
         # Drafting pays on average when each row's per-token acceptance reaches this (one draft vs a plain step).
         self.break_even = (costs.draft_ms + costs.verify_ms(2)) * (1 + policy.min_gain) / costs.verify_ms(1) - 1
         self.plain_steps = 0  # plain steps since the last draft
-        self.run_counts = [0, 0]  # accepted drafts, rejections in the current (or last) run of drafting steps
-        self.call_counts = [0, 0]  # the same over the whole call
+        self.run_accepted = self.run_rejected = 0  # in the current (or last) run of drafting steps
         self.run_probed = False  # the current (or last) run began with a probe
         self.device = device
         self._active = torch.ones(batch_size, dtype=torch.bool)  # the rows the last decision was made for
@@ -257,30 +257,29 @@ class CostAwareSchedule(DraftSchedule):
         rejections = (accepted < num_drafted).double()
         self.accepted = torch.where(drafted, self.accepted * decay + accepted, self.accepted)
         self.total_accepted += accepted.long() * drafted
+        self.total_rejected += rejections.long() * drafted
         self.rejected = torch.where(drafted, self.rejected * decay + rejections, self.rejected)
         probed = bool(drafted.any()) and self.plain_steps > 0  # drafts after plain steps: a probe
         if probed:
-            self.run_counts, self.run_probed = [0, 0], True
-        step_counts = (int(accepted[drafted].sum()), int(rejections[drafted].sum()))
-        for counts in (self.run_counts, self.call_counts):
-            counts[0] += step_counts[0]
-            counts[1] += step_counts[1]
+            self.run_accepted = self.run_rejected = 0
+            self.run_probed = True
+        step_accepted = int(accepted[drafted].sum())
+        self.run_accepted += step_accepted
+        self.run_rejected += int(rejections[drafted].sum())
         self.plain_steps = 0 if drafted.any() else self.plain_steps + 1
         self.lengths = self._lengths(active, probing=self.plain_steps >= self.probe_interval)
         if drafted.any() and int(self.lengths.max()) == 0:  # drafting stops here: when to look again
             policy = self.policy
-            paying = max(_rate(self.run_counts), _rate(self.call_counts)) >= self.break_even
-            if probed and step_counts[0] == 0:  # a probe that accepted nothing: wait twice as long
-                self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
-            elif paying:  # a dip of the estimate of a drafter that pays: look again soon
+            call_rate = _rate(int(self.total_accepted.sum()), int(self.total_rejected.sum()))
+            paying = max(_rate(self.run_accepted, self.run_rejected), call_rate) >= self.break_even
+            if paying and not (probed and step_accepted == 0):  # a dip of a drafter that pays: look again soon
                 self.probe_interval = policy.probe_after
-            elif self.run_probed:  # a probe that did not pay: wait twice as long
+            elif self.run_probed:  # a probe that accepted nothing, or did not pay: wait twice as long
                 self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
             else:  # the call's first run did not pay: wait as long as the probe budget says
                 self.probe_interval = self.first_interval
 
 
-def _rate(counts: list[int]) -> float:
-    """Per-token acceptance from (accepted drafts, rejections): accepted / (accepted + rejections)."""
-    accepted, rejected = counts
+def _rate(accepted: int, rejected: int) -> float:
+    """Per-token acceptance from counts of accepted drafts and rejections."""
     return accepted / (accepted + rejected) if accepted + rejected else 0.0

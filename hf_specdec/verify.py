@@ -49,9 +49,9 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch
     ends = cdf[vocab - 1 :: vocab]  # [rows]
     starts = torch.cat([ends.new_zeros(1), ends[:-1]])  # [rows]
     points = starts + uniform((num_rows,), flat.device, generator, torch.float64) * (ends - starts)
+    # A point rounded onto its row's end would fall past it (probability ~2^-53): keep it below the end.
+    points = torch.minimum(points, torch.nextafter(ends, starts))
     tokens = torch.searchsorted(cdf, points, right=True) - torch.arange(num_rows, device=flat.device) * vocab
-    # A point rounded onto its row's end would fall past it: take a token with mass (probability ~2^-53).
-    tokens = torch.where(tokens < vocab, tokens, flat.argmax(dim=-1))
     return tokens.reshape(probs.shape[:-1])
 
 
