@@ -145,7 +145,10 @@ class CostAwareDraftPolicy(DraftPolicy):
     Costs are measured once per target, drafter, device, dtype, batch size and torch thread count (a few
     timed forwards on scratch caches before the first step; `hf_specdec.calibration`) and reused, so two
     identical calls in one process decide identically. Acceptance is tracked per row as decayed counts
-    (`decay` per step, starting from a prior of `prior_alpha` worth `prior_weight` drafts). A call starts
+    (`decay` per step, starting from a prior of `prior_alpha` worth `prior_weight` drafts for the call,
+    shared among its rows: a step of a batch of b rows observes b rows, so each row's prior is worth
+    prior_weight / b drafts and a batch gives up a useless drafter after as few rejections in all as a
+    single row does, instead of paying b times as many drafting steps for the same evidence). A call starts
     at one draft and drafts at most one more than a row has accepted so far, so a drafter that turns out
     useless costs single drafts before it is dropped. After choosing
     plain steps it probes with one draft, so a drafter that becomes useful later is used again. When a run
@@ -229,9 +232,8 @@ class CostAwareSchedule(DraftSchedule):
 
     def alpha(self) -> torch.Tensor:
         """[batch] each row's estimated probability that a draft is accepted after accepted ones."""
-        policy = self.policy
-        prior = policy.prior_alpha * policy.prior_weight
-        return (self.accepted + prior) / (self.accepted + self.rejected + policy.prior_weight)
+        weight = self.policy.prior_weight / self.accepted.shape[0]  # the call's prior, shared among its rows
+        return (self.accepted + self.policy.prior_alpha * weight) / (self.accepted + self.rejected + weight)
 
     def _lengths(self, active: torch.Tensor, probing: bool) -> torch.Tensor:
         rows = active.cpu()

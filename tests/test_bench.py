@@ -11,7 +11,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from hf_specdec.bench import BenchConfig, run_bench
+from hf_specdec.bench import BenchConfig, report, run_bench
 from hf_specdec.bench import prompts as bench_prompts
 from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha, time_side_by_side
 from hf_specdec.bench.models import stand_in_drafter
@@ -120,6 +120,9 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     assert "feature head step / target step <= 0.08" in goals
     assert any(goal.startswith("default, unrelated drafter") for goal in goals)
     assert {goal["mode"] for goal in results["goals"]} == {"greedy", "sampled", "-"}
+    unjudged = {(g["mode"], g["goal"][-1]) for g in results["goals"] if g["met"] is None}
+    assert unjudged == {("sampled", "2")}  # sampled batch rows end at random EOS: reported, not judged
+    assert "| not judged |" in (tmp_path / "results.md").read_text()
 
 
 def test_half_precision_runs_report_raw_and_tie_identity(tiny_pair, tmp_path):
@@ -197,3 +200,24 @@ def test_ignore_eos_makes_every_row_generate_and_count_max_new_tokens(tiny_pair,
     assert len(rows) == 1 + 2 * 3 and all(row["tokens"] == 3 * 6 for row in rows)
     assert target.generation_config.eos_token_id == 2  # the model's own config is left as it was
     assert "EOS ignored" in (tmp_path / "results.md").read_text()
+
+
+def test_sampled_batch_ratios_with_eos_are_reported_but_not_judged():
+    """Sampled rows of a batch end at EOS after lengths that differ between methods by chance, so their
+    tokens/s ratio is not judged (met None); greedy rows, batch 1 and --ignore-eos runs are."""
+
+    def results(ignore_eos):
+        rows = [
+            {"mode": mode, "batch_size": size, "method": method, "gamma": "default", "speedup": 0.5, "vs_best_fixed": 0.5}
+            for mode in ("greedy", "sampled") for size in (1, 4)
+            for method in ("hf_specdec, default", "hf_specdec, default, unrelated drafter")
+        ]
+        return {"config": {"modes": ["greedy", "sampled"], "ignore_eos": ignore_eos}, "sections": {"default": {"rows": rows}}}
+
+    met = {(g["mode"], g["goal"][-1], "unrelated" in g["goal"]): g["met"] for g in report.goals(results(False))}
+    assert len(met) == 8
+    assert {key: value for key, value in met.items() if value is None} == {
+        ("sampled", "4", False): None, ("sampled", "4", True): None
+    }
+    assert all(value is False for value in met.values() if value is not None)  # 0.5 misses every judged goal
+    assert all(g["met"] is False for g in report.goals(results(True)))

@@ -102,6 +102,22 @@ def test_probes_wait_until_their_cost_fits_the_budget():
     assert _schedule(CostAwareDraftPolicy(costs=cheap)).first_interval == 4
 
 
+def test_a_batch_shares_the_prior_and_gives_up_a_useless_drafter_as_fast_as_one_row():
+    # Break-even one draft: (2 + 76) * 1.02 / 60 - 1 = 0.326. Alone, the prior (0.5 worth 4 drafts) needs three
+    # rejections to fall below it: 2/5 = 0.4, 2/5.95 = 0.34, 2/6.85 = 0.29. In a batch of 4 each row's share
+    # of the prior is worth one draft, so one rejection per row (four in all) is enough: 0.5/2 = 0.25.
+    # Control: a batch whose rows accept every draft keeps drafting.
+    costs = StepCosts(draft_ms=2.0, target_ms={1: 60.0, 2: 76.0, 7: 156.0})
+    policy = CostAwareDraftPolicy(costs=costs)
+    schedule = _schedule(policy)
+    alone = [_step(schedule, accepted=0) for _ in range(6)]
+    assert alone == [1, 1, 1, 0, 0, 0]
+    schedule = _schedule(policy, batch=4)
+    assert [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(6)] == [1, 0, 0, 0, 0, 0]
+    schedule = _schedule(policy, batch=4)
+    assert min(_batch_step(schedule, torch.ones(4, dtype=torch.bool)) for _ in range(6)) >= 1
+
+
 def test_rows_in_a_batch_track_their_own_acceptance():
     schedule = _schedule(CostAwareDraftPolicy(costs=FLAT), batch=2)  # free verification: it keeps drafting
     for _ in range(20):

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print((out / "results.md").read_text())
         for goal in results["goals"]:
-            print(f"{'met ' if goal['met'] else 'MISS'} {goal['goal']} [{dtype}, {goal['mode']}]: {goal['value']:.3f}")
+            print(f"{'n/a ' if goal['met'] is None else 'met ' if goal['met'] else 'MISS'} {goal['goal']} [{dtype}, {goal['mode']}]: {goal['value']:.3f}")
     return 0
 
 

@@ -38,9 +38,9 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
     ],
     "default": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("gamma", "gamma"),
-        ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens_per_s", "tokens/s"),
-        ("speedup", "vs plain"), ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"),
-        ("exact", "= plain greedy"),
+        ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens", "tokens"),
+        ("tokens_per_s", "tokens/s"), ("speedup", "vs plain"), ("speedup_range", "vs plain, one repeat"),
+        ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"),
     ],
     "feature": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("gamma", "gamma"), ("alpha", "alpha"),
@@ -77,9 +77,16 @@ def goals(results: dict) -> list[dict[str, Any]]:
     """The issue's targets, per decoding mode, from whichever sections ran."""
     found = []
 
-    def add(goal: str, mode: str, value: float, threshold: float, strict: bool = False) -> None:
-        met = value > threshold if strict else value >= threshold
+    def add(goal: str, mode: str, value: float, threshold: float, strict: bool = False, judged: bool = True) -> None:
+        met = (value > threshold if strict else value >= threshold) if judged else None
         found.append({"goal": goal, "mode": mode, "value": round(value, 3), "threshold": threshold, "met": met})
+
+    # Sampled rows of a batch stop at EOS after different, random lengths in each method, while every method
+    # runs until its batch's longest row ends: tokens/s then measures which method's draws were longer
+    # (the same seconds for 369 tokens in one method and 444 in another were seen), not speed. Such a ratio
+    # is reported but not judged; `--ignore-eos` gives every row the same length and is judged.
+    def comparable(mode: str, batch_size: int) -> bool:
+        return mode == "greedy" or batch_size == 1 or bool(results["config"].get("ignore_eos"))
 
     best_gamma = results["sections"].get("gamma", {}).get("best_gamma", {})
     for mode in results["config"]["modes"]:
@@ -104,10 +111,13 @@ def goals(results: dict) -> list[dict[str, Any]]:
         for row in _rows(results, "default"):
             if row["mode"] != mode:
                 continue
+            judged = comparable(mode, row["batch_size"])
             if row["method"].endswith("unrelated drafter"):
-                add(f"default, unrelated drafter: >= 0.97x plain at batch {row['batch_size']}", mode, row["speedup"], 0.97)
+                add(f"default, unrelated drafter: >= 0.97x plain at batch {row['batch_size']}", mode, row["speedup"], 0.97,
+                    judged=judged)
             elif row["gamma"] == "default":
-                add(f"default: >= 0.95x the best fixed gamma at batch {row['batch_size']}", mode, row["vs_best_fixed"], 0.95)
+                add(f"default: >= 0.95x the best fixed gamma at batch {row['batch_size']}", mode, row["vs_best_fixed"], 0.95,
+                    judged=judged)
         # Issue 9: the feature drafter, as a user runs it (the default policy).
         feature_rows = {(r["batch_size"], r["gamma"]): r for r in _rows(results, "feature") if r["mode"] == mode}
         default_b1 = feature_rows.get((1, "default"))
@@ -158,6 +168,10 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
+def _met(met: bool | None) -> str:
+    return "not judged" if met is None else "yes" if met else "no"
+
+
 def markdown(results: dict, titles: dict[str, str]) -> str:
     env, config = results["environment"], results["config"]
     lines = [
@@ -182,9 +196,12 @@ def markdown(results: dict, titles: dict[str, str]) -> str:
     if results["goals"]:
         lines += ["", "## Goals", "", "| goal | mode | value | met |", "|---|---|---|---|"]
         lines += [
-            f"| {g['goal']} | {g['mode']} | {g['value']:.3f} | {'yes' if g['met'] else 'no'} |"
-            for g in results["goals"]
+            f"| {g['goal']} | {g['mode']} | {g['value']:.3f} | {_met(g['met'])} |" for g in results["goals"]
         ]
+        if any(g["met"] is None for g in results["goals"]):
+            lines += ["", "- not judged: sampled rows of a batch end at EOS after random lengths that differ between "
+                      "methods, so their tokens/s compares the draws' lengths (see the tokens column), not speed; "
+                      "a run with --ignore-eos compares like with like."]
     for name, section in results["sections"].items():
         lines += ["", f"## {titles[name]}", ""]
         if "skipped" in section:
