@@ -5,7 +5,8 @@ drafter step, ms of a target forward scoring w tokens per row) for this target, 
 dtype, batch size and torch thread count. The first request times a few forwards on scratch caches
 (never the call's own) and stores the result in a process-wide registry; later requests, from any
 thread, get the stored numbers, so decisions made from them repeat exactly within a process.
-`reset_calibration()` empties the registry (say, after moving a model to another device or once a
+`stored_costs(...)` returns what is stored for the same arguments without timing anything (None if
+nothing is). `reset_calibration()` empties the registry (say, after moving a model to another device or once a
 busy machine is idle again); timings taken on a busy machine are only as good as the machine was.
 """
 
@@ -139,15 +140,34 @@ def _cost_identity(drafter: Drafter):
     return drafter
 
 
+def _key(target, identity, batch_size: int, device: torch.device, widths: tuple[int, ...]) -> tuple:
+    dtype = next(target.parameters()).dtype
+    return (id(target), id(identity), str(device), str(dtype), batch_size, torch.get_num_threads(), widths)
+
+
+def _lookup(key: tuple, target, identity) -> StepCosts | None:
+    stored = _registry.get(key)
+    if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
+        return stored[2]
+    return None
+
+
+def stored_costs(target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...]) -> StepCosts | None:
+    """The StepCosts `step_costs` would return for these arguments if they were measured already, else
+    None; never times anything (for reports of what a call decided with)."""
+    identity = _cost_identity(drafter)
+    with _lock:
+        return _lookup(_key(target, identity, batch_size, device, widths), target, identity)
+
+
 def step_costs(target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...]) -> StepCosts:
     """The stored StepCosts for this pair and setting, measured on first use (see the module doc)."""
     identity = _cost_identity(drafter)
-    dtype = next(target.parameters()).dtype
-    key = (id(target), id(identity), str(device), str(dtype), batch_size, torch.get_num_threads(), widths)
+    key = _key(target, identity, batch_size, device, widths)
     with _lock:  # one thread measures, the others wait for its numbers instead of timing a busy machine
-        stored = _registry.get(key)
-        if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
-            return stored[2]
+        costs = _lookup(key, target, identity)
+        if costs is not None:
+            return costs
         costs = measure(target, drafter, batch_size, device, widths)
         try:
             identity_ref = weakref.ref(identity)

@@ -4,6 +4,7 @@ are sane (no timing assertions)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -111,6 +112,10 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
         assert len(fastest) == 1 and fastest[0]["tokens_per_s"] == max(r["tokens_per_s"] for r in group[:-2])
         assert group[-2]["vs_best_fixed"] == pytest.approx(group[-2]["tokens_per_s"] / fastest[0]["tokens_per_s"], abs=1e-3)
         assert group[-1]["method"] == "hf_specdec, default, unrelated drafter"
+        for row in group[-2:]:  # what the default decided with: its call's stored costs, and one draft's break-even
+            draft, targets = row["costs_ms"].split(", ")
+            assert float(draft) > 0 and all(float(ms) > 0 for ms in targets.split(" / "))
+            assert math.isfinite(row["break_even"])
         for row in group:  # one repeat: its ratio is the median's
             assert row["speedup_range"] == pytest.approx([row["speedup"]] * 2, abs=1e-3)
     feature_rows = sections["feature"]["rows"]

@@ -209,6 +209,22 @@ def test_seeded_sampling_is_identical_across_two_calls_and_calibrates_once(targe
     assert counted_measurements == [2, 1, 1]
 
 
+def test_stored_costs_are_the_calls_own_and_never_time_anything(target, partial_drafter, counted_measurements):
+    from hf_specdec.drafters import resolve_drafter
+
+    input_ids, mask = tiny_models.prompts(2, seed=32)
+    widths, device = CostAwareDraftPolicy().widths(), input_ids.device
+    drafter = resolve_drafter(partial_drafter)  # a new wrapper around the same model finds the same numbers
+    assert calibration.stored_costs(target, drafter, 2, device, widths) is None
+    assert counted_measurements == []  # asking measured nothing
+    target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=4, drafter=partial_drafter)
+    assert counted_measurements == [2]
+    stored = calibration.stored_costs(target, drafter, 2, device, widths)
+    assert stored is not None and stored == calibration.step_costs(target, drafter, 2, device, widths)
+    assert calibration.stored_costs(target, drafter, 1, device, widths) is None  # another batch size: not measured
+    assert counted_measurements == [2]
+
+
 def test_concurrent_first_calls_measure_once(target, partial_drafter, counted_measurements):
     input_ids, mask = tiny_models.prompts(3, seed=31)
     barrier = threading.Barrier(2)

@@ -19,6 +19,8 @@ from transformers import GenerationConfig
 from hf_specdec.bench.measure import generated_tokens, leviathan_speedup, per_token_alpha
 from hf_specdec.bench.prompts import batches
 from hf_specdec.bench.runner import Bench, BenchConfig
+from hf_specdec.calibration import stored_costs
+from hf_specdec.drafters import resolve_drafter
 from hf_specdec.loading import load_drafter
 from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy
 
@@ -130,6 +132,21 @@ def _best_fixed(rows: list[dict[str, Any]], default_row: dict[str, Any]) -> dict
     return best
 
 
+def _decided_with(bench: Bench, drafter, batch_size: int) -> dict[str, Any]:
+    """The measured costs the default policy decided with in a group's calls (stored by their warm-up call;
+    nothing is timed here) and the per-token acceptance at which one draft pays under them."""
+    policy = CostAwareDraftPolicy()
+    device = bench.target.device
+    costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths())
+    if costs is None:
+        return {}
+    schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, drafter, batch_size, device)
+    return {
+        "costs_ms": f"{costs.draft_ms:.1f}, {costs.verify_ms(1):.1f} / {costs.verify_ms(2):.1f}",
+        "break_even": round(schedule.break_even, 3),
+    }
+
+
 def default(bench: Bench) -> Result:
     """6. The cost-aware default (no gamma=) against every fixed gamma of the sweep at batch 1 (the batch-1
     best at larger batches), and with an unrelated drafter (random weights, same vocabulary) against plain
@@ -146,6 +163,8 @@ def default(bench: Bench) -> Result:
                  {"method": "hf_specdec, default, unrelated drafter", "gamma": "default"}),
             ]
             group = bench.rows_side_by_side(methods, mode, size)
+            for row, drafter in ((group[-2], bench.drafter), (group[-1], bench.unrelated)):
+                row.update(_decided_with(bench, drafter, size))
             fastest = _best_fixed(group[:-2], group[-2])
             if size == 1:
                 best = fastest["gamma"]
@@ -162,6 +181,10 @@ def default(bench: Bench) -> Result:
             "measured during the warm-up call of each setting.",
             "The unrelated drafter has the drafter's architecture and vocabulary and fresh random weights: it never "
             "agrees, so these rows show what the default costs when speculation cannot pay.",
+            "costs ms = what the default decided with (hf_specdec.calibration, timed during the warm-up call): one "
+            "drafting step, then target forwards of 1 / 2 tokens per row; break-even = the per-token acceptance at "
+            "which one draft per step pays under them (2 % margin). Timed on a busy machine, they can differ from "
+            "one run to the next, and the decisions with them.",
         ],
     }
 
