@@ -10,6 +10,7 @@ import hf_specdec
 import tiny_models
 from hf_specdec import calibration
 from hf_specdec.calibration import StepCosts
+from hf_specdec.drafters import resolve_drafter
 from hf_specdec.policy import CostAwareDraftPolicy, best_draft_length, expected_tokens
 from joint_util import exact_joint, joint_chi_square
 
@@ -210,8 +211,6 @@ def test_seeded_sampling_is_identical_across_two_calls_and_calibrates_once(targe
 
 
 def test_stored_costs_are_the_calls_own_and_never_time_anything(target, partial_drafter, counted_measurements):
-    from hf_specdec.drafters import resolve_drafter
-
     input_ids, mask = tiny_models.prompts(2, seed=32)
     widths, device = CostAwareDraftPolicy().widths(), input_ids.device
     drafter = resolve_drafter(partial_drafter)  # a new wrapper around the same model finds the same numbers
