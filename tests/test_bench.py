@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from hf_specdec.bench import BenchConfig, report, run_bench
 from hf_specdec.bench import prompts as bench_prompts
-from hf_specdec.bench.measure import leviathan_speedup, per_token_alpha, time_side_by_side
+from hf_specdec.bench.measure import Measurement, leviathan_speedup, paired_speedup, per_token_alpha, time_side_by_side
 from hf_specdec.bench.models import stand_in_drafter
 from hf_specdec.distill.feature_head import build_feature_head
 from hf_specdec.drafters import FeatureDrafter
@@ -109,15 +109,16 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
         assert [row["gamma"] for row in group] == ([1, 2, 3] if size == 1 else [group[0]["gamma"]]) + ["default"] * 2
         assert all(row["timing"] == "side by side" for row in group)
         fastest = [row for row in group if row["method"].endswith("(fastest)")]
-        assert len(fastest) == 1 and fastest[0]["tokens_per_s"] == max(r["tokens_per_s"] for r in group[:-2])
-        assert group[-2]["vs_best_fixed"] == pytest.approx(group[-2]["tokens_per_s"] / fastest[0]["tokens_per_s"], abs=1e-3)
+        assert len(fastest) == 1 and fastest[0]["speedup"] == max(r["speedup"] for r in group[:-2])
+        assert group[-2]["vs_best_fixed"] == pytest.approx(group[-2]["speedup"] / fastest[0]["speedup"], abs=1e-3)
         assert group[-1]["method"] == "hf_specdec, default, unrelated drafter"
         for row in group[-2:]:  # what the default decided with: its call's stored costs, and one draft's break-even
             draft, targets = row["costs_ms"].split(", ")
             assert float(draft) > 0 and all(float(ms) > 0 for ms in targets.split(" / "))
             assert math.isfinite(row["break_even"])
-        for row in group:  # one repeat: its ratio is the median's
-            assert row["speedup_range"] == pytest.approx([row["speedup"]] * 2, abs=1e-3)
+        for row in group:  # one repeat: its ratio of totals is the median's; the paired speedup is a call's
+            assert row["speedup_range"] == pytest.approx([row["speedup_of_totals"]] * 2, abs=1e-3)
+            assert 0 < row["speedup"] < math.inf
     feature_rows = sections["feature"]["rows"]
     assert {row["gamma"] for row in feature_rows} == {1, 2, 3, 4, "default"}
     assert 0 <= min(row["alpha"] for row in feature_rows if "alpha" in row) and sections["feature"]["step_cost_ratio"] > 0
@@ -192,6 +193,34 @@ def test_side_by_side_interleaves_methods_batch_by_batch_with_the_same_seeds():
     assert first.tokens == second.tokens == 3 and first.outputs == [[7]] * 3 and first.seconds > 0
     assert len(first.repeat_seconds) == 2 and first.seconds == pytest.approx(sum(first.repeat_seconds) / 2)
     assert first.repeat_tokens_per_s == [3 / seconds for seconds in first.repeat_seconds]
+    # Each call's time, [repeat][batch], summing to the repeat's total; each batch's tokens.
+    assert len(first.call_seconds) == 2 and all(len(repeat) == 3 for repeat in first.call_seconds)
+    assert [sum(repeat) for repeat in first.call_seconds] == pytest.approx(list(first.repeat_seconds))
+    assert first.batch_tokens == (1, 1, 1)
+
+
+def _measured(call_seconds, batch_tokens):
+    totals = tuple(sum(repeat) for repeat in call_seconds)
+    return Measurement(tokens=sum(batch_tokens), seconds=sorted(totals)[len(totals) // 2], outputs=[], stats=None,
+                       repeat_seconds=totals, call_seconds=call_seconds, batch_tokens=batch_tokens)
+
+
+def test_paired_speedup_is_the_median_call_ratio_and_shrugs_off_a_burst():
+    tokens = (10, 20, 10, 40)  # batches of different lengths: each pair compares one batch's calls
+    plain = _measured(((1.0, 2.0, 1.0, 4.0), (1.0, 2.0, 1.0, 4.0), (1.0, 2.0, 1.0, 4.0)), tokens)
+    # 2 % slower on every call, except two calls slowed by bursts of load in two of the three repeats.
+    slower = [[1.02 * seconds for seconds in repeat] for repeat in plain.call_seconds]
+    slower[1][3] *= 3
+    slower[2][0] *= 1.5
+    method = _measured(tuple(map(tuple, slower)), tokens)
+    assert paired_speedup(method, plain) == pytest.approx(1 / 1.02)
+    # The ratio of median totals takes a burst whole (negative control: 0.92 here)...
+    assert plain.seconds / method.seconds < 0.95
+    # ...and a method really 10 % slower everywhere is not hidden by the median.
+    ten = _measured(tuple(tuple(1.1 * s for s in repeat) for repeat in plain.call_seconds), tokens)
+    assert paired_speedup(ten, plain) == pytest.approx(1 / 1.1)
+    # Tokens count: twice the tokens in the same time is twice the speed.
+    assert paired_speedup(_measured(plain.call_seconds, tuple(2 * t for t in tokens)), plain) == pytest.approx(2.0)
 
 
 def test_ignore_eos_makes_every_row_generate_and_count_max_new_tokens(tiny_pair, tmp_path):

@@ -2,7 +2,8 @@
 
 Contract: `time_side_by_side` warms up each method, then times every batch of the same left-padded
 prompts with the same seeds, the methods interleaved, and counts generated tokens up to each row's first
-EOS; nothing here knows which method it times. `per_token_alpha` and `leviathan_speedup` give the bound
+EOS; nothing here knows which method it times. `paired_speedup` compares two of its measurements call by
+call. `per_token_alpha` and `leviathan_speedup` give the bound
 (step costs come from `hf_specdec.distill.step_cost_ms`, which the distill tool reports too).
 """
 
@@ -30,6 +31,8 @@ class Measurement:
     outputs: list[list[int]]  # per prompt, the generated tokens that were counted
     stats: SpeculativeStats | None  # hf_specdec's counters, None for other methods
     repeat_seconds: tuple[float, ...] = ()  # wall time of each repeat, in order
+    call_seconds: tuple[tuple[float, ...], ...] = ()  # [repeat][batch] wall time of each timed call
+    batch_tokens: tuple[int, ...] = ()  # [batch] tokens counted in each batch's call
 
     @property
     def tokens_per_s(self) -> float:
@@ -50,6 +53,20 @@ def generated_tokens(sequences: torch.Tensor, prompt_len: int, eos_ids: set[int]
     return rows
 
 
+def paired_speedup(measured: Measurement, baseline: Measurement) -> float:
+    """`measured`'s speed over `baseline`'s, call by call: the median, over every (repeat, batch), of the
+    ratio of their tokens/s on that batch in that repeat. Both must come from one `time_side_by_side`, where
+    the two calls of a pair ran next to each other, so a burst of load that slows a few calls moves a few
+    pairs and not the median (a ratio of totals takes the burst whole)."""
+    ratios = [
+        (measured.batch_tokens[batch] / ours) / (baseline.batch_tokens[batch] / theirs)
+        for our_repeat, their_repeat in zip(measured.call_seconds, baseline.call_seconds)
+        for batch, (ours, theirs) in enumerate(zip(our_repeat, their_repeat))
+        if ours > 0 and theirs > 0 and baseline.batch_tokens[batch] > 0
+    ]
+    return statistics.median(ratios) if ratios else 0.0
+
+
 def time_side_by_side(
     generates: list[GenerateFn],
     batches: list[dict[str, torch.Tensor]],
@@ -68,7 +85,8 @@ def time_side_by_side(
 
     Batch i is generated with the global RNG seeded `seed + i`, so every method sees the same seeds.
     Returns one Measurement per method: outputs and stats (where `collect_stats` says) from the first
-    repeat, `seconds` the median total over `repeats`, `repeat_seconds` each repeat's total.
+    repeat, `seconds` the median total over `repeats`, `repeat_seconds` each repeat's total and
+    `call_seconds` each call's time, for `paired_speedup`.
     """
     collect_stats = collect_stats or [False] * len(generates)
     warmup_kwargs = {**generate_kwargs, "max_new_tokens": min(warmup_tokens, generate_kwargs["max_new_tokens"])}
@@ -77,8 +95,9 @@ def time_side_by_side(
         generate(batches[0], None, **warmup_kwargs)
 
     stats = [SpeculativeStats() if wanted else None for wanted in collect_stats]
-    totals = [[0.0] * repeats for _ in generates]  # [method][repeat] seconds
+    calls = [[[0.0] * len(batches) for _ in range(repeats)] for _ in generates]  # [method][repeat][batch] seconds
     outputs: list[list[list[int]]] = [[] for _ in generates]
+    batch_tokens: list[list[int]] = [[] for _ in generates]  # [method][batch]
     turn = 0
     for repeat in range(repeats):
         for index, inputs in enumerate(batches):
@@ -87,17 +106,20 @@ def time_side_by_side(
                 torch.manual_seed(seed + index)
                 start = time.perf_counter()
                 sequences = generates[method](inputs, stats[method] if repeat == 0 else None, **generate_kwargs)
-                totals[method][repeat] += time.perf_counter() - start
+                calls[method][repeat][index] = time.perf_counter() - start
                 if repeat == 0:
-                    outputs[method].extend(generated_tokens(sequences, inputs["input_ids"].shape[1], eos_ids))
+                    rows = generated_tokens(sequences, inputs["input_ids"].shape[1], eos_ids)
+                    outputs[method].extend(rows)
+                    batch_tokens[method].append(sum(len(row) for row in rows))
             turn += 1
-    return [
-        Measurement(
-            tokens=sum(len(row) for row in rows), seconds=statistics.median(seconds), outputs=rows, stats=method_stats,
-            repeat_seconds=tuple(seconds),
-        )
-        for rows, seconds, method_stats in zip(outputs, totals, stats)
-    ]
+    measurements = []
+    for rows, method_calls, method_stats, tokens in zip(outputs, calls, stats, batch_tokens):
+        totals = [sum(repeat) for repeat in method_calls]
+        measurements.append(Measurement(
+            tokens=sum(len(row) for row in rows), seconds=statistics.median(totals), outputs=rows, stats=method_stats,
+            repeat_seconds=tuple(totals), call_seconds=tuple(map(tuple, method_calls)), batch_tokens=tuple(tokens),
+        ))
+    return measurements
 
 
 def per_token_alpha(stats: SpeculativeStats, gamma: int) -> float:

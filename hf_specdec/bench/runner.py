@@ -19,7 +19,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from hf_specdec.bench import prompts as prompt_sets
-from hf_specdec.bench.measure import GenerateFn, Measurement, time_side_by_side
+from hf_specdec.bench.measure import GenerateFn, Measurement, paired_speedup, time_side_by_side
 from hf_specdec.distill.evaluate import step_cost_ms
 
 MODES = ("greedy", "sampled")
@@ -204,14 +204,18 @@ class Bench:
     def rows_side_by_side(
         self, methods: list[tuple[Method, dict[str, Any]]], mode: str, batch_size: int = 1, prompts: str = "chat"
     ) -> list[dict[str, Any]]:
-        """One result row per (method, labels), timed side by side with plain generate(), against which
-        each row's speedup is taken (see `row`); every row says so (`timing: side by side`) and gives the
-        lowest and highest speedup of a single repeat (`speedup_range`), so a reader sees how far the
-        median ratio could move with the noise of this run."""
+        """One result row per (method, labels), timed side by side with plain generate(). Each row's
+        `speedup` is paired (`paired_speedup`: the median over calls of the ratio to plain's call on the same
+        batch in the same repeat); `speedup_of_totals` is the ratio of the median totals over repeats that
+        unpaired rows give (see `row`), and `speedup_range` the lowest and highest ratio of one repeat's
+        totals, so a reader sees how far the noise of this run moves a ratio. Every row says it was timed
+        so (`timing: side by side`)."""
         plain, *measured = self.run_side_by_side([method for method, _ in methods], mode, batch_size, prompts)
         rows = []
         for measurement, (_, labels) in zip(measured, methods):
             row = {**self._row(measurement, plain, mode, batch_size, prompts, labels), "timing": "side by side"}
+            row["speedup_of_totals"] = row["speedup"]
+            row["speedup"] = round(paired_speedup(measurement, plain), 4)
             ratios = [
                 ours / theirs
                 for ours, theirs in zip(measurement.repeat_tokens_per_s, plain.repeat_tokens_per_s)
