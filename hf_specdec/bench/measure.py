@@ -3,8 +3,8 @@
 Contract: `time_side_by_side` warms up each method, then times every batch of the same left-padded
 prompts with the same seeds, the methods interleaved, and counts generated tokens up to each row's first
 EOS; nothing here knows which method it times. `paired_speedup` compares two of its measurements call by
-call. `per_token_alpha` and `leviathan_speedup` give the bound
-(step costs come from `hf_specdec.distill.step_cost_ms`, which the distill tool reports too).
+call. `per_token_alpha` and `leviathan_speedup` give the bound (step costs come from
+`hf_specdec.distill.step_cost_ms`, which the distill tool reports too).
 """
 
 from __future__ import annotations
