@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from hf_specdec.bench import BenchConfig, report, run_bench
+from hf_specdec.bench import BenchConfig, measure, report, run_bench
 from hf_specdec.bench import prompts as bench_prompts
 from hf_specdec.bench.measure import Measurement, leviathan_speedup, paired_speedup, per_token_alpha, time_side_by_side
 from hf_specdec.bench.models import stand_in_drafter
@@ -170,8 +170,9 @@ def test_batches_left_pad_and_keep_prompt_order():
     assert groups[1]["input_ids"].tolist() == [[8, 9, 10]]
 
 
-def test_side_by_side_interleaves_methods_batch_by_batch_with_the_same_seeds():
+def test_side_by_side_interleaves_methods_batch_by_batch_with_the_same_seeds(monkeypatch):
     calls = []
+    monkeypatch.setattr(measure.gc, "collect", lambda: calls.append("gc"))
 
     def method(name):
         def generate(inputs, stats, max_new_tokens, **kwargs):
@@ -185,10 +186,21 @@ def test_side_by_side_interleaves_methods_batch_by_batch_with_the_same_seeds():
         [method("a"), method("b")], batches, {"max_new_tokens": 4}, eos_ids={7}, seed=10, repeats=2
     )
     assert calls[:2] == [("a", 4, 0, 10), ("b", 4, 0, 10)]  # warm-ups (max_new_tokens capped at 8)
-    timed = [(name, batch, seed) for name, _, batch, seed in calls[2:]]
-    # Batch by batch, both methods with the batch's seed, the order rotating; then the second repeat.
-    assert timed == [("a", 0, 10), ("b", 0, 10), ("b", 1, 11), ("a", 1, 11), ("a", 2, 12), ("b", 2, 12),
-                     ("b", 0, 10), ("a", 0, 10), ("a", 1, 11), ("b", 1, 11), ("b", 2, 12), ("a", 2, 12)]
+    timed = calls[2:]
+    assert timed[::2] == ["gc"] * 12  # the garbage of the call before is collected before each timed call
+    timed = [(name, batch, seed) for name, _, batch, seed in timed[1::2]]
+    # Batch by batch, both methods with the batch's seed, in a shuffled order; then the second repeat.
+    pairs = [timed[i : i + 2] for i in range(0, 12, 2)]
+    assert [{call[1:] for call in pair} for pair in pairs] == [{(batch, 10 + batch)} for batch in (0, 1, 2)] * 2
+    assert all({call[0] for call in pair} == {"a", "b"} for pair in pairs)
+    assert len({pair[0][0] for pair in pairs}) == 2  # each method goes first somewhere
+    # The order is drawn from the seed: the same seed, the same order.
+    again = []
+    monkeypatch.setattr(measure.gc, "collect", lambda: None)
+    time_side_by_side([lambda i, s, **k: again.append("a") or method("a")(i, s, **k),
+                       lambda i, s, **k: again.append("b") or method("b")(i, s, **k)],
+                      batches, {"max_new_tokens": 4}, eos_ids={7}, seed=10, repeats=2)
+    assert again[2:] == [name for name, _, _ in timed]
     # Tokens count up to the first EOS (7): one per row; outputs come from the first repeat only.
     assert first.tokens == second.tokens == 3 and first.outputs == [[7]] * 3 and first.seconds > 0
     assert len(first.repeat_seconds) == 2 and first.seconds == pytest.approx(sum(first.repeat_seconds) / 2)
