@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The default policy's guarantees (issue 10), judged on one run at the commit that last changed this file
-# (2026-11-23, the paired estimator of the side-by-side rows): the `default` section only (plain
+# (2026-11-23, paired ratios, shuffled order): the `default` section only (plain
 # generate(), the default policy with the shipped and an unrelated drafter, the fixed-gamma sweep, side by
 # side per repeat), 3 repeats, batch 1 and 4, for the
 # three target set-ups a user meets here. Greedy keeps EOS (the same tokens for every method in float32);
