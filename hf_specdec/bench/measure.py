@@ -26,15 +26,27 @@ GenerateFn = Callable[..., torch.Tensor]
 
 @dataclass
 class Measurement:
-    """One method timed over one prompt set."""
+    """One method timed over one prompt set: each timed call's wall time, the rest derived from it."""
 
-    tokens: int  # generated tokens, each row counted up to and including its first EOS
-    seconds: float  # wall time of the timed calls (median over repeats)
     outputs: list[list[int]]  # per prompt, the generated tokens that were counted
     stats: SpeculativeStats | None  # hf_specdec's counters, None for other methods
-    repeat_seconds: tuple[float, ...] = ()  # wall time of each repeat, in order
-    call_seconds: tuple[tuple[float, ...], ...] = ()  # [repeat][batch] wall time of each timed call
-    batch_tokens: tuple[int, ...] = ()  # [batch] tokens counted in each batch's call
+    call_seconds: tuple[tuple[float, ...], ...]  # [repeat][batch] wall time of each timed call
+    batch_tokens: tuple[int, ...]  # [batch] tokens counted in each batch's call
+
+    @property
+    def tokens(self) -> int:
+        """Generated tokens, each row counted up to and including its first EOS."""
+        return sum(self.batch_tokens)
+
+    @property
+    def repeat_seconds(self) -> tuple[float, ...]:
+        """Wall time of each repeat's calls, in order."""
+        return tuple(sum(repeat) for repeat in self.call_seconds)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the timed calls: the median over repeats."""
+        return statistics.median(self.repeat_seconds)
 
     @property
     def tokens_per_s(self) -> float:
@@ -89,8 +101,8 @@ def time_side_by_side(
 
     Batch i is generated with the global RNG seeded `seed + i`, so every method sees the same seeds.
     Returns one Measurement per method: outputs and stats (where `collect_stats` says) from the first
-    repeat, `seconds` the median total over `repeats`, `repeat_seconds` each repeat's total and
-    `call_seconds` each call's time, for `paired_speedup`.
+    repeat, and each call's time (`call_seconds`, [repeat][batch]; `seconds` is the median total over
+    `repeats`).
     """
     collect_stats = collect_stats or [False] * len(generates)
     warmup_kwargs = {**generate_kwargs, "max_new_tokens": min(warmup_tokens, generate_kwargs["max_new_tokens"])}
@@ -116,14 +128,12 @@ def time_side_by_side(
                     rows = generated_tokens(sequences, inputs["input_ids"].shape[1], eos_ids)
                     outputs[method].extend(rows)
                     batch_tokens[method].append(sum(len(row) for row in rows))
-    measurements = []
-    for rows, method_calls, method_stats, tokens in zip(outputs, calls, stats, batch_tokens):
-        totals = [sum(repeat) for repeat in method_calls]
-        measurements.append(Measurement(
-            tokens=sum(len(row) for row in rows), seconds=statistics.median(totals), outputs=rows, stats=method_stats,
-            repeat_seconds=tuple(totals), call_seconds=tuple(map(tuple, method_calls)), batch_tokens=tuple(tokens),
-        ))
-    return measurements
+    return [
+        Measurement(
+            outputs=rows, stats=method_stats, call_seconds=tuple(map(tuple, method_calls)), batch_tokens=tuple(tokens)
+        )
+        for rows, method_stats, method_calls, tokens in zip(outputs, stats, calls, batch_tokens)
+    ]
 
 
 def per_token_alpha(stats: SpeculativeStats, gamma: int) -> float:
