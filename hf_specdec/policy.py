@@ -45,8 +45,10 @@ class DraftPolicy:
         if isinstance(self.min_confidence, bool) or not 0.0 <= self.min_confidence <= 1.0:
             raise InvalidGammaError(f"min_confidence must be a probability in [0, 1], got {self.min_confidence!r}.")
 
-    def start(self, target, drafter, batch_size: int, device: torch.device) -> "DraftSchedule":
-        """This call's schedule (`target` and `drafter` are for policies that measure them)."""
+    def start(
+        self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None
+    ) -> "DraftSchedule":
+        """This call's schedule (`target`, `drafter` and `max_new_tokens` are for policies that use them)."""
         return DraftSchedule(self, batch_size, device)
 
     def initial_lengths(self, batch_size: int, device: torch.device) -> torch.Tensor:
@@ -157,7 +159,9 @@ class CostAwareDraftPolicy(DraftPolicy):
     estimate down), the first probe comes after `probe_after` plain steps. Otherwise the first run waits as
     many plain steps as keep a probe's extra cost (a drafter step and a 2-token instead of a 1-token
     forward) within `probe_budget` of the plain steps' time (at least `probe_after`), and each probe that
-    does not pay doubles the wait (at most `max_probe_interval`). In a batch a probe drafts for every row,
+    does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when fewer steps are
+    left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one: what a probe
+    can win comes from the steps after it. In a batch a probe drafts for every row,
     so some row accepts by chance even when the drafter does not pay; acceptance counts, not a single
     accepted token, decide.
 
@@ -200,18 +204,24 @@ class CostAwareDraftPolicy(DraftPolicy):
         """Target forward widths to time (others are interpolated): 1 .. 4, then every other."""
         return tuple(sorted({*range(1, min(self.max_gamma + 1, 4) + 1), *range(5, self.max_gamma + 2, 2), self.max_gamma + 1}))
 
-    def start(self, target, drafter, batch_size: int, device: torch.device) -> "CostAwareSchedule":
+    def start(
+        self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None
+    ) -> "CostAwareSchedule":
         from hf_specdec.calibration import step_costs
 
         costs = self.costs if self.costs is not None else step_costs(target, drafter, batch_size, device, self.widths())
-        return CostAwareSchedule(self, costs, batch_size, device)
+        return CostAwareSchedule(self, costs, batch_size, device, max_new_tokens)
 
 
 class CostAwareSchedule(DraftSchedule):
     """CostAwareDraftPolicy's state for one call: decayed per-row acceptance counts and the probe timer."""
 
-    def __init__(self, policy: CostAwareDraftPolicy, costs, batch_size: int, device: torch.device):
+    def __init__(
+        self, policy: CostAwareDraftPolicy, costs, batch_size: int, device: torch.device, max_new_tokens: int | None = None
+    ):
         self.policy, self.costs = policy, costs
+        self.max_new_tokens = max_new_tokens  # None: the call's length is unknown, probes are never skipped
+        self._committed = torch.zeros(batch_size, dtype=torch.long)  # [batch] tokens committed, as of the last full update
         self.accepted = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed accepted drafts
         self.rejected = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed rejections
         self.total_accepted = torch.zeros(batch_size, dtype=torch.long)  # [batch] drafts accepted in this call
@@ -228,6 +238,7 @@ class CostAwareSchedule(DraftSchedule):
         self.run_probed = False  # the current (or last) run began with a probe
         self.device = device
         self._active = torch.ones(batch_size, dtype=torch.bool)  # the rows the last decision was made for
+        self._skipped = 0  # plain steps that took the shortcut in `update` since the last full update
         self.lengths = self._lengths(self._active, probing=False)
 
     def alpha(self) -> torch.Tensor:
@@ -251,7 +262,10 @@ class CostAwareSchedule(DraftSchedule):
         if not drafted.any() and self.plain_steps + 1 < self.probe_interval and torch.equal(active.cpu(), self._active):
             # Another plain step: nothing learned, same rows, no probe due, so the same decision.
             self.plain_steps += 1
+            self._skipped += 1
             return
+        self._committed += self._skipped * self._active  # one token per row in each plain step skipped above
+        self._skipped = 0
         self._active = active.cpu()
         accepted, num_drafted = num_accepted.cpu().double(), num_drafted.cpu()
         decay = self.policy.decay
@@ -269,7 +283,13 @@ class CostAwareSchedule(DraftSchedule):
         self.run_accepted += step_accepted
         self.run_rejected += int(rejections[drafted].sum())
         self.plain_steps = 0 if drafted.any() else self.plain_steps + 1
-        self.lengths = self._lengths(active, probing=self.plain_steps >= self.probe_interval)
+        self._committed += (accepted.long() + 1) * self._active
+        probing = self.plain_steps >= self.probe_interval
+        if probing and self._steps_left() < self.probe_interval:
+            # Too late to pay back: a probe's cost was budgeted against the wait before it, and what it can
+            # win comes from the steps after it. No probe for the rest of the call (plain steps stay cheap).
+            probing, self.probe_interval = False, math.inf
+        self.lengths = self._lengths(active, probing)
         if drafted.any() and int(self.lengths.max()) == 0:  # drafting stops here: when to look again
             policy = self.policy
             call_rate = _rate(int(self.total_accepted.sum()), int(self.total_rejected.sum()))
@@ -280,6 +300,13 @@ class CostAwareSchedule(DraftSchedule):
                 self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
             else:  # the call's first run did not pay: wait as long as the probe budget says
                 self.probe_interval = self.first_interval
+
+
+    def _steps_left(self) -> float:
+        """At most how many more steps an active row can take (each commits at least one token)."""
+        if self.max_new_tokens is None or not self._active.any():
+            return math.inf
+        return self.max_new_tokens - int(self._committed[self._active].min())
 
 
 def _rate(accepted: int, rejected: int) -> float:

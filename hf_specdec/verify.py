@@ -96,6 +96,8 @@ def verify_greedy(
         num_accepted: [batch] long, number of accepted drafts per row.
     """
     gamma = draft_tokens.shape[1]
+    if gamma == 0:  # a plain step: the target's own token (the common case once drafting stopped)
+        return target_scores[:, 0].argmax(dim=-1)[:, None], draft_tokens.new_zeros(draft_tokens.shape[0])
     target_tokens = target_scores.argmax(dim=-1)  # [batch, gamma + 1]
     matches = (draft_tokens == target_tokens[:, :gamma]) & _drafted(draft_tokens, num_drafted)  # [batch, gamma]
     num_accepted = matches.long().cumprod(dim=1).sum(dim=1)  # [batch]
@@ -130,8 +132,7 @@ def verify_stochastic(
     batch, gamma = draft_tokens.shape
     device = target_probs.device
     if gamma == 0:  # a plain step: the target's own token, drawn as generate() draws it
-        no_drafts = torch.zeros(batch, dtype=torch.long, device=device)
-        return _commit(draft_tokens, no_drafts, sample(target_probs[:, 0], generator)), no_drafts
+        return sample(target_probs[:, 0], generator)[:, None], torch.zeros(batch, dtype=torch.long, device=device)
     index = draft_tokens.clamp_min(0)[:, :, None]  # [batch, gamma, 1]; empty slots hold -1
     p_draft = target_probs[:, :gamma].gather(2, index).squeeze(2)  # [batch, gamma]
     q_draft = draft_probs.gather(2, index).squeeze(2)  # [batch, gamma]

@@ -85,6 +85,19 @@ def test_a_useless_drafter_is_dropped_then_probed_with_growing_waits():
     assert waits[:4] == [4, 8, 16, 16]  # doubling after each failed probe, capped
 
 
+def test_no_probe_when_fewer_steps_are_left_than_its_wait():
+    # The schedule of the test above: probes after waits of 4, 8 and 16 plain steps, at steps 5, 14 and 31.
+    # With 40 tokens to generate, the third would leave 9 steps (< its wait of 16): no probe from there on.
+    # Control: a call of unknown length (None) makes it.
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4, max_probe_interval=16, probe_budget=1.0)
+    unknown = policy.start(None, None, 1, torch.device("cpu"))
+    lengths = [_step(unknown, accepted=0) for _ in range(40)]
+    assert [i for i, k in enumerate(lengths) if k] == [0, 5, 14, 31]
+    bounded = policy.start(None, None, 1, torch.device("cpu"), max_new_tokens=40)
+    lengths = [_step(bounded, accepted=0) for _ in range(40)]
+    assert [i for i, k in enumerate(lengths) if k] == [0, 5, 14]
+
+
 def test_a_drafter_that_becomes_useful_is_used_again():
     policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4, probe_budget=1.0)
     schedule = _schedule(policy)
