@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from hf_specdec.bench import BenchConfig, measure, report, run_bench
+from hf_specdec.bench import BenchConfig, measure, report, run_bench, runner
 from hf_specdec.bench import prompts as bench_prompts
 from hf_specdec.bench.measure import Measurement, leviathan_speedup, paired_speedup, per_token_alpha, time_side_by_side
 from hf_specdec.bench.models import stand_in_drafter
@@ -265,3 +265,23 @@ def test_sampled_batch_ratios_with_eos_are_reported_but_not_judged():
     }
     assert all(value is False for value in met.values() if value is not None)  # 0.5 misses every judged goal
     assert all(g["met"] is False for g in report.goals(results(True)))
+
+
+def test_min_pairs_repeats_the_groups_with_few_batches_more(tiny_pair, tmp_path, monkeypatch):
+    # 3 prompts: 3 batches at batch 1, 2 at batch 2. At least 6 calls per method: 2 and 3 repeats; the
+    # control (min_pairs 0) keeps --repeats (1) for both.
+    target, drafter, tokenizer = tiny_pair
+    seen = []
+
+    def recording(generates, batches, *args, repeats, **kwargs):
+        seen.append((len(batches), repeats))
+        return measure.time_side_by_side(generates, batches, *args, repeats=repeats, **kwargs)
+
+    monkeypatch.setattr(runner, "time_side_by_side", recording)
+    for min_pairs, expected in ((6, [(3, 2), (2, 3)]), (0, [(3, 1), (2, 1)])):
+        seen.clear()
+        config = BenchConfig(sections=("default",), modes=("greedy",), max_new_tokens=4, num_prompts=3, gammas=(1,),
+                             batch_sizes=(1, 2), threads=1, out=tmp_path, min_pairs=min_pairs)
+        run_bench(target, drafter, tokenizer, config, progress=False)
+        assert sorted(seen, reverse=True) == expected
+        assert ("at least 6 calls per method" in (tmp_path / "results.md").read_text()) == bool(min_pairs)

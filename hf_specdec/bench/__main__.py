@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-sizes", type=_ints, help=f"batch section, comma list ({listed(defaults.batch_sizes)})")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (all CPUs)")
     parser.add_argument("--repeats", type=int, help=f"timed repeats per measurement, median kept ({defaults.repeats})")
+    parser.add_argument("--min-pairs", type=int, help="more repeats where a batch size has few batches: each method "
+                        "timed side by side gets at least this many calls (batches x repeats) to pair with plain's "
+                        f"({defaults.min_pairs}: --repeats alone)")
     parser.add_argument("--drafter", help=f"drafter directory (default {DEFAULT_DRAFTER}, or a stand-in while it "
                         "does not exist)")
     parser.add_argument("--feature-drafter", help=f"EAGLE feature head directory for the feature section (default "
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     transformers.logging.set_verbosity_error()  # keep the progress bar readable
     settings = dict(QUICK) if args.quick else {}
-    for name in ("sections", "modes", "max_new_tokens", "num_prompts", "gammas", "batch_sizes", "repeats"):
+    for name in ("sections", "modes", "max_new_tokens", "num_prompts", "gammas", "batch_sizes", "repeats", "min_pairs"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     drafter_dir = args.drafter or DEFAULT_DRAFTER

@@ -184,7 +184,9 @@ def markdown(results: dict, titles: dict[str, str]) -> str:
         f"{config['num_prompts']} prompts, max_new_tokens={config['max_new_tokens']}, modes: "
         f"{', '.join(config['modes'])}"
         + (f" (sampled: temperature {config['temperature']}, no top-k/top-p)" if "sampled" in config["modes"] else "")
-        + f", torch threads: {env['torch_threads']}, repeats: {config['repeats']}.",
+        + f", torch threads: {env['torch_threads']}, repeats: {config['repeats']}"
+        + (f" (side by side: at least {config['min_pairs']} calls per method)" if config.get("min_pairs") else "")
+        + ".",
         f"torch {env['torch']}, transformers {env['transformers']}, {env['cpu_count']} CPUs, load average "
         f"{env['load_average_start']} at start, {env['load_average_end']} at end; {env['wall_seconds']:.0f} s in all.",
         ("tokens/s = generated tokens (EOS ignored: every row generates max_new_tokens, all counted) / wall time, "

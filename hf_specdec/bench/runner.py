@@ -45,6 +45,7 @@ class BenchConfig:
     temperature: float = 0.7
     threads: int = 2
     repeats: int = 1
+    min_pairs: int = 0  # side-by-side groups repeat until each method has this many timed calls (batches x repeats)
     seed: int = 0
     drafter_path: str | None = None  # on disk, for sections that reload the drafter (int8)
     dtype: str = "float32"  # the target's, for the report
@@ -189,13 +190,14 @@ class Bench:
             if self.progress is not None:
                 self.progress.set_postfix_str(f"{name} {mode} b={batch_size} {prompts}")
             batches = prompt_sets.batches(self.prompt_ids[prompts], batch_size, self.pad_token_id)
+            repeats = max(self.config.repeats, -(-self.config.min_pairs // len(batches)))
             self.memo[key] = time_side_by_side(
                 [method.generate for method in methods],
                 batches,
                 self.generate_kwargs(mode),
                 self.counted_eos,
                 seed=self.config.seed,
-                repeats=self.config.repeats,
+                repeats=repeats,
                 collect_stats=[method.key[0] == "hf_specdec" for method in methods],
             )
             self._tick()
