@@ -105,7 +105,9 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
         assert sections[name].get("rows") or sections[name]["skipped"]
     default_rows = sections["default"]["rows"]
     for size in (1, 2):  # each batch size is one side-by-side group: every gamma at batch 1, its fastest at 2
-        group = [row for row in default_rows if row["batch_size"] == size and row["mode"] == "greedy"]
+        *group, again = [row for row in default_rows if row["batch_size"] == size and row["mode"] == "greedy"]
+        assert again["method"] == "plain generate(), timed again (A/A control)" and "acceptance_rate" not in again
+        assert again["exact_rows"] == again["num_rows"] and 0 < again["speedup"] < math.inf
         assert [row["gamma"] for row in group] == ([1, 2, 3] if size == 1 else [group[0]["gamma"]]) + ["default"] * 2
         assert all(row["timing"] == "side by side" for row in group)
         fastest = [row for row in group if row["method"].endswith("(fastest)")]
@@ -241,7 +243,7 @@ def test_ignore_eos_makes_every_row_generate_and_count_max_new_tokens(tiny_pair,
     )
     results = run_bench(target, drafter, tokenizer, config, progress=False)
     rows = [row for section in results["sections"].values() for row in section["rows"]]
-    assert len(rows) == 1 + 2 * 3 and all(row["tokens"] == 3 * 6 for row in rows)
+    assert len(rows) == 1 + 2 * 4 and all(row["tokens"] == 3 * 6 for row in rows)
     assert target.generation_config.eos_token_id == 2  # the model's own config is left as it was
     assert "EOS ignored" in (tmp_path / "results.md").read_text()
 

@@ -117,7 +117,7 @@ def goals(results: dict) -> list[dict[str, Any]]:
             if row["method"].endswith("unrelated drafter"):
                 add(f"default, unrelated drafter: >= 0.97x plain at batch {row['batch_size']}", mode, row["speedup"], 0.97,
                     judged=judged)
-            elif row["gamma"] == "default":
+            elif row.get("gamma") == "default":
                 add(f"default: >= 0.95x the best fixed gamma at batch {row['batch_size']}", mode, row["vs_best_fixed"], 0.95,
                     judged=judged)
         # Issue 9: the feature drafter, as a user runs it (the default policy).

@@ -118,6 +118,11 @@ class Bench:
 
         return Method(("plain",), generate)
 
+    def plain_again(self) -> Method:
+        """Plain generate() under a key of its own: timed side by side with plain, an A/A control whose ratio
+        (1 but for noise) states the noise floor of its group."""
+        return Method(("plain", "again"), self.plain().generate)
+
     def specdec(self, gamma: int | str | None, drafter: Any = None, label: str = "drafter") -> Method:
         """hf_specdec with `drafter` (the session's drafter by default) and `gamma` (an int, a policy, or
         None for the default policy)."""

@@ -151,7 +151,8 @@ def _decided_with(bench: Bench, drafter, batch_size: int) -> dict[str, Any]:
 def default(bench: Bench) -> Result:
     """6. The cost-aware default (no gamma=) against every fixed gamma of the sweep at batch 1 (the batch-1
     best at larger batches), and with an unrelated drafter (random weights, same vocabulary) against plain
-    generate(): each batch size's methods timed side by side with plain generate()."""
+    generate(): each batch size's methods timed side by side with plain generate(), and plain generate()
+    again as an A/A control."""
     rows = []
     for mode in bench.config.modes:
         best = bench.gamma_for(mode)
@@ -163,13 +164,14 @@ def default(bench: Bench) -> Result:
                 (bench.specdec(None, bench.unrelated, "unrelated"),
                  {"method": "hf_specdec, default, unrelated drafter", "gamma": "default"}),
             ]
-            group = bench.rows_side_by_side(methods, mode, size)
+            control = (bench.plain_again(), {"method": "plain generate(), timed again (A/A control)"})
+            *group, again = bench.rows_side_by_side([*methods, control], mode, size)
             for row, drafter in ((group[-2], bench.drafter), (group[-1], bench.unrelated)):
                 row.update(_decided_with(bench, drafter, size))
             fastest = _best_fixed(group[:-2], group[-2])
             if size == 1:
                 best = fastest["gamma"]
-            rows += group
+            rows += [*group, again]
     return {
         "rows": rows,
         "notes": [
@@ -185,6 +187,8 @@ def default(bench: Bench) -> Result:
             "every gamma of the sweep; larger batches run batch 1's fastest.",
             f"default = no gamma= (CostAwareDraftPolicy(), max_gamma {CostAwareDraftPolicy().max_gamma}); its costs are "
             "measured during the warm-up call of each setting.",
+            "The A/A control is plain generate() timed again as one more method of the group: its ratio to plain is "
+            "1 but for noise, so it shows how far the noise of that group moves a ratio.",
             "The unrelated drafter has the drafter's architecture and vocabulary and fresh random weights: it never "
             "agrees, so these rows show what the default costs when speculation cannot pay.",
             "costs ms = what the default decided with (hf_specdec.calibration, timed during the warm-up call): one "
