@@ -301,7 +301,6 @@ class CostAwareSchedule(DraftSchedule):
             else:  # the call's first run did not pay: wait as long as the probe budget says
                 self.probe_interval = self.first_interval
 
-
     def _steps_left(self) -> float:
         """At most how many more steps an active row can take (each commits at least one token)."""
         if self.max_new_tokens is None or not self._active.any():
