@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,7 @@ class Bench:
             if self.progress is not None:
                 self.progress.set_postfix_str(f"{name} {mode} b={batch_size} {prompts}")
             batches = prompt_sets.batches(self.prompt_ids[prompts], batch_size, self.pad_token_id)
-            repeats = max(self.config.repeats, -(-self.config.min_pairs // len(batches)))
+            repeats = max(self.config.repeats, math.ceil(self.config.min_pairs / len(batches)))
             self.memo[key] = time_side_by_side(
                 [method.generate for method in methods],
                 batches,
