@@ -235,6 +235,22 @@ def test_paired_speedup_is_the_median_call_ratio_and_shrugs_off_a_burst():
     assert paired_speedup(_measured(plain.call_seconds, tuple(2 * t for t in tokens)), plain) == pytest.approx(2.0)
 
 
+def test_a_baseline_timed_twice_compares_with_the_mean_of_its_calls():
+    tokens = (10, 20)
+    first = _measured(((1.0, 2.0), (1.2, 2.0)), tokens)
+    second = _measured(((1.2, 2.2), (1.0, 1.8)), tokens)
+    both = Measurement.mean_of([first, second])
+    assert [list(repeat) for repeat in both.call_seconds] == [pytest.approx([1.1, 2.1]), pytest.approx([1.1, 1.9])]
+    assert both.batch_tokens == tokens
+    # A method 10 % slower than the baseline's mean on every call reads 1 / 1.1 against the mean, not against
+    # one timing (control: against `first` alone its ratios are 1.1/1.21, 2.1/2 ... with another median).
+    method = _measured(tuple(tuple(1.1 * s for s in repeat) for repeat in both.call_seconds), tokens)
+    assert paired_speedup(method, both) == pytest.approx(1 / 1.1)
+    assert paired_speedup(method, first) != pytest.approx(1 / 1.1)
+    with pytest.raises(ValueError, match="same tokens"):
+        Measurement.mean_of([first, _measured(second.call_seconds, (10, 21))])
+
+
 def test_ignore_eos_makes_every_row_generate_and_count_max_new_tokens(tiny_pair, tmp_path):
     target, drafter, tokenizer = tiny_pair
     config = BenchConfig(

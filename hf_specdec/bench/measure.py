@@ -52,6 +52,20 @@ class Measurement:
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @classmethod
+    def mean_of(cls, timings: list[Measurement]) -> Measurement:
+        """One method timed several times in one group (the same batches, the same tokens) as one baseline:
+        each call's time is the mean of its timings' calls on that batch in that repeat, so a ratio to it
+        carries less of the baseline's per-call noise; outputs and stats are the first timing's."""
+        first = timings[0]
+        if any(timing.batch_tokens != first.batch_tokens for timing in timings):
+            raise ValueError("timings of one baseline must count the same tokens on every batch")
+        call_seconds = tuple(
+            tuple(statistics.fmean(calls) for calls in zip(*repeats))
+            for repeats in zip(*(timing.call_seconds for timing in timings))
+        )
+        return cls(outputs=first.outputs, stats=first.stats, call_seconds=call_seconds, batch_tokens=first.batch_tokens)
+
     @property
     def repeat_tokens_per_s(self) -> list[float]:
         """tokens/s of each repeat (every repeat generates the same tokens: outputs come from the first)."""

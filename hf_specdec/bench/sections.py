@@ -188,7 +188,9 @@ def default(bench: Bench) -> Result:
             f"default = no gamma= (CostAwareDraftPolicy(), max_gamma {CostAwareDraftPolicy().max_gamma}); its costs are "
             "measured during the warm-up call of each setting.",
             "The A/A control is plain generate() timed again as one more method of the group: its ratio to plain is "
-            "1 but for noise, so it shows how far the noise of that group moves a ratio.",
+            "1 but for noise, so it shows how far the noise of that group moves a ratio. Every other row of the "
+            "group compares with the mean of plain's two calls on the same batch in the same repeat (half the "
+            "baseline's per-call noise variance).",
             "The unrelated drafter has the drafter's architecture and vocabulary and fresh random weights: it never "
             "agrees, so these rows show what the default costs when speculation cannot pay.",
             "costs ms = what the default decided with (hf_specdec.calibration, timed during the warm-up call): one "
