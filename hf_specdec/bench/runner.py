@@ -223,7 +223,8 @@ class Bench:
         two timings (the A/A control), and every other row compares with their mean (`Measurement.mean_of`),
         whose per-call noise is half the variance of one timing's."""
         plain, *measured = self.run_side_by_side([method for method, _ in methods], mode, batch_size, prompts)
-        is_again = [method.key == self.plain_again().key for method, _ in methods]
+        again_key = self.plain_again().key
+        is_again = [method.key == again_key for method, _ in methods]
         baseline = Measurement.mean_of([plain, *(m for m, again in zip(measured, is_again) if again)])
         rows = []
         for measurement, (_, labels), again in zip(measured, methods, is_again):
