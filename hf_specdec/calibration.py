@@ -1,10 +1,13 @@
-"""What a step costs on the user's own models and device: timed forwards, measured once and reused.
+"""What a step costs on the user's own models and device: timed forwards and timed loop steps, measured
+once and reused.
 
-Contract: `step_costs(target, drafter, batch_size, device, widths)` returns a `StepCosts` (ms of one
-drafter step, ms of a target forward scoring w tokens per row) for this target, drafter, device,
-dtype, batch size and torch thread count. The first request times a few forwards on scratch caches
-(never the call's own) and stores the result in a process-wide registry; later requests, from any
-thread, get the stored numbers, so decisions made from them repeat exactly within a process.
+Contract: `step_costs(target, drafter, batch_size, device, widths, do_sample)` returns a `StepCosts` (ms
+of one drafter step, ms of a target forward scoring w tokens per row, and ms of whole steps of the
+decoding loop with 0 and 1 drafts) for this target, drafter, device, dtype, batch size, sampling mode
+and torch thread count. The first request times a few forwards on scratch caches and a few steps of
+scratch generate() calls (never the call's own) and stores the result in a process-wide registry; later
+requests, from any thread, get the stored numbers, so decisions made from them repeat exactly within a
+process.
 `stored_costs(...)` returns what is stored for the same arguments without timing anything (None if
 nothing is). `reset_calibration()` empties the registry (say, after moving a model to another device or once a
 busy machine is idle again); timings taken on a busy machine are only as good as the machine was.
@@ -12,19 +15,26 @@ busy machine is idle again); timings taken on a busy machine are only as good as
 
 from __future__ import annotations
 
+import copy
+import statistics
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import DraftContext, Drafter
+from hf_specdec.policy import DraftPolicy, DraftSchedule
 
 #: Tokens of context the timed forwards see; attention over it is a small share of a step.
 CONTEXT = 128
 REPEATS = 5
+#: Scratch generate() calls that time whole loop steps: prompt tokens, steps per call, calls per draft length.
+LOOP_CONTEXT = 32
+LOOP_STEPS = 8
+LOOP_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -32,18 +42,28 @@ class StepCosts:
     """Milliseconds of one drafting step (one drafted token per row) and of target forwards that score
     `w` tokens per row, at one batch size; widths that were not timed are interpolated linearly.
 
+    `loop_ms` are whole steps of the decoding loop with 0 and 1 drafts per row ({0: ms, 1: ms}), timed
+    through generate(): they hold what isolated forwards leave out (the loop's own work per step and per
+    drafted token, the drafter's processing and sampling), and `step_ms` prices every draft length from
+    them. Without them (costs pinned by hand) a step is priced from the forwards alone.
+
     `StepCosts(draft_ms=3.0, target_ms={1: 60.0, 2: 66.0, 5: 90.0})` pins costs by hand (for
     `CostAwareDraftPolicy(costs=...)`): decisions then repeat exactly across processes and machines.
     """
 
     draft_ms: float
     target_ms: tuple[tuple[int, float], ...]  # (width, ms), widths ascending
+    loop_ms: tuple[tuple[int, float], ...] = ()  # (drafts per row, ms of a whole loop step): 0 and 1, or none
 
     def __post_init__(self) -> None:
-        pairs = self.target_ms.items() if isinstance(self.target_ms, dict) else self.target_ms
-        object.__setattr__(self, "target_ms", tuple(sorted((int(w), float(ms)) for w, ms in pairs)))
+        for name in ("target_ms", "loop_ms"):
+            value = getattr(self, name)
+            pairs = value.items() if isinstance(value, dict) else value
+            object.__setattr__(self, name, tuple(sorted((int(w), float(ms)) for w, ms in pairs)))
         if not self.target_ms or self.target_ms[0][0] != 1:
             raise ValueError("StepCosts needs the cost of a 1-token target forward (width 1).")
+        if self.loop_ms and [k for k, _ in self.loop_ms] != [0, 1]:
+            raise ValueError("StepCosts.loop_ms holds the loop steps with 0 and 1 drafts per row ({0: ms, 1: ms}).")
 
     def verify_ms(self, width: int) -> float:
         table = dict(self.target_ms)
@@ -59,6 +79,28 @@ class StepCosts:
             low = max(w for w in widths if w < width)
         slope = (table[high] - table[low]) / (high - low)
         return table[low] + slope * (width - low)
+
+    def draft_overhead_ms(self) -> float:
+        """What one drafted token per row adds to a loop step besides the wider forward: the drafter's step and
+        the loop's work for it (processing, drawing, the drafter's catch-up), from the measured steps: the
+        1-draft step less the plain step scaled by the forwards' width ratio v(2) / v(1); never below 0.
+        Without measured loop steps, the timed drafter step alone."""
+        if not self.loop_ms:
+            return self.draft_ms
+        loop = dict(self.loop_ms)
+        return max(0.0, loop[1] - loop[0] * self.verify_ms(2) / self.verify_ms(1))
+
+    def step_ms(self, num_drafts: int) -> float:
+        """Milliseconds of a loop step that drafts `num_drafts` tokens per row (0: a plain step). With measured
+        loop steps: the plain step scaled by the forwards' width ratio v(k + 1) / v(1), plus k times
+        `draft_overhead_ms`; so step_ms(0) and step_ms(1) are the measured steps (absolute times come from the
+        loop steps alone, timed in turns, and only ratios from the forwards, timed at another moment). Without:
+        num_drafts * draft_ms + verify_ms(num_drafts + 1)."""
+        verify = self.verify_ms(num_drafts + 1)
+        if not self.loop_ms:
+            return num_drafts * self.draft_ms + verify
+        plain = dict(self.loop_ms)[0]
+        return plain * verify / self.verify_ms(1) + num_drafts * self.draft_overhead_ms()
 
 
 _registry: dict[tuple, tuple[weakref.ref, weakref.ref | None, StepCosts]] = {}
@@ -82,13 +124,17 @@ def _fastest_ms(run, repeats: int = REPEATS) -> float:
 
 
 @torch.no_grad()
-def measure(target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...]) -> StepCosts:
+def measure(
+    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
+    loop_steps: bool = True,
+) -> StepCosts:
     """Times target forwards of each width and the drafter's one-token step on scratch caches after
     CONTEXT random tokens (a warm-up of each first). The widths are timed in turns, REPEATS rounds, so a
     machine that slows down meanwhile slows every width alike and their ratios, which decide, hold; each
     keeps its fastest round, because noise (another process, a frequency dip) only ever adds time: a
     median let one slow stretch of 1-token forwards (72 vs 94 ms in two calibrations on this machine) make
-    every wider forward look cheap."""
+    every wider forward look cheap. With `loop_steps`, whole steps of the loop with 0 and 1 drafts are
+    timed too (`measure_loop_steps`)."""
     generator = torch.Generator().manual_seed(0)
     vocab = target.config.get_text_config().vocab_size
     length = CONTEXT + max(widths) + 2
@@ -128,7 +174,66 @@ def measure(target, drafter: Drafter, batch_size: int, device: torch.device, wid
         session.observe(context - 1, None)
 
     draft()  # warm-up (and the drafter's own prefill)
-    return StepCosts(draft_ms=_fastest_ms(draft), target_ms=target_ms)
+    draft_ms = _fastest_ms(draft)
+    loop_ms = measure_loop_steps(target, drafter, batch_size, device, do_sample) if loop_steps else ()
+    return StepCosts(draft_ms=draft_ms, target_ms=target_ms, loop_ms=loop_ms)
+
+
+class _ClockedSchedule(DraftSchedule):
+    """A fixed number of drafts per row every step, and the time of every verification."""
+
+    def __init__(self, num_drafts: int, batch_size: int, device: torch.device):
+        self.lengths = torch.full((batch_size,), num_drafts, dtype=torch.long, device=device)
+        self.times: list[float] = []
+
+    def update(self, active, num_drafted, num_accepted) -> None:
+        self.times.append(time.perf_counter())
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ClockedPolicy(DraftPolicy):
+    """Drafts `num_drafts` tokens per row (0: plain steps) and hands each call's clocked schedule to `schedules`
+    (private to the calibration, used for one scratch call)."""
+
+    num_drafts: int = 0
+    schedules: list = field(default_factory=list)
+
+    def start(self, target, drafter, batch_size, device, max_new_tokens=None, do_sample=False) -> DraftSchedule:
+        schedule = _ClockedSchedule(self.num_drafts, batch_size, device)
+        self.schedules.append(schedule)
+        return schedule
+
+
+def measure_loop_steps(target, drafter: Drafter, batch_size: int, device: torch.device, do_sample: bool) -> dict[int, float]:
+    """{0: ms, 1: ms}: whole steps of the decoding loop (draft, verify, process, commit, roll back, the
+    drafter's catch-up) with 0 and 1 drafts per row, each the time between consecutive verifications of a
+    scratch generate() call over LOOP_CONTEXT random tokens per row (the median of its LOOP_STEPS steps; the
+    fastest of LOOP_ROUNDS calls, taken in turns like the forwards, after one warm-up call with a draft).
+    Random drafts are rejected, so every step scores 1 + drafts tokens and commits one, as a useless
+    drafter's would."""
+    from hf_specdec.dispatch import generate_with_drafter  # the loop itself, as a user's call runs it
+
+    generator = torch.Generator().manual_seed(1)
+    vocab = target.config.get_text_config().vocab_size
+    input_ids = torch.randint(0, vocab, (batch_size, LOOP_CONTEXT), generator=generator).to(device)
+    config = copy.deepcopy(target.generation_config)
+    config.update(max_new_tokens=LOOP_STEPS + 1, min_new_tokens=None, do_sample=do_sample, eos_token_id=None,
+                  stop_strings=None, return_dict_in_generate=False, output_scores=False, output_logits=False)
+    rounds: dict[int, list[float]] = {0: [], 1: []}
+    for attempt in range(LOOP_ROUNDS + 1):  # the first call (one with drafts) warms up
+        for num_drafts, times in rounds.items():
+            if attempt == 0 and num_drafts == 0:
+                continue
+            policy = _ClockedPolicy(max_gamma=1, num_drafts=num_drafts)
+            generate_with_drafter(
+                target, drafter, input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config,
+                gamma=policy, generator=torch.Generator(device=device).manual_seed(attempt),
+            )
+            (schedule,) = policy.schedules
+            steps = [b - a for a, b in zip(schedule.times, schedule.times[1:])]
+            if attempt and steps:
+                times.append(statistics.median(steps) * 1e3)
+    return {num_drafts: min(times) for num_drafts, times in rounds.items()}
 
 
 def _cost_identity(drafter: Drafter):
@@ -140,9 +245,9 @@ def _cost_identity(drafter: Drafter):
     return drafter
 
 
-def _key(target, identity, batch_size: int, device: torch.device, widths: tuple[int, ...]) -> tuple:
+def _key(target, identity, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool) -> tuple:
     dtype = next(target.parameters()).dtype
-    return (id(target), id(identity), str(device), str(dtype), batch_size, torch.get_num_threads(), widths)
+    return (id(target), id(identity), str(device), str(dtype), batch_size, torch.get_num_threads(), widths, do_sample)
 
 
 def _lookup(key: tuple, target, identity) -> StepCosts | None:
@@ -152,23 +257,27 @@ def _lookup(key: tuple, target, identity) -> StepCosts | None:
     return None
 
 
-def stored_costs(target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...]) -> StepCosts | None:
+def stored_costs(
+    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False
+) -> StepCosts | None:
     """The StepCosts `step_costs` would return for these arguments if they were measured already, else
     None; never times anything (for reports of what a call decided with)."""
     identity = _cost_identity(drafter)
     with _lock:
-        return _lookup(_key(target, identity, batch_size, device, widths), target, identity)
+        return _lookup(_key(target, identity, batch_size, device, widths, do_sample), target, identity)
 
 
-def step_costs(target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...]) -> StepCosts:
+def step_costs(
+    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False
+) -> StepCosts:
     """The stored StepCosts for this pair and setting, measured on first use (see the module doc)."""
     identity = _cost_identity(drafter)
-    key = _key(target, identity, batch_size, device, widths)
+    key = _key(target, identity, batch_size, device, widths, do_sample)
     with _lock:  # one thread measures, the others wait for its numbers instead of timing a busy machine
         costs = _lookup(key, target, identity)
         if costs is not None:
             return costs
-        costs = measure(target, drafter, batch_size, device, widths)
+        costs = measure(target, drafter, batch_size, device, widths, do_sample)
         try:
             identity_ref = weakref.ref(identity)
         except TypeError:

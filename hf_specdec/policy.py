@@ -46,9 +46,11 @@ class DraftPolicy:
             raise InvalidGammaError(f"min_confidence must be a probability in [0, 1], got {self.min_confidence!r}.")
 
     def start(
-        self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None
+        self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None,
+        do_sample: bool = False,
     ) -> "DraftSchedule":
-        """This call's schedule (`target`, `drafter` and `max_new_tokens` are for policies that use them)."""
+        """This call's schedule (`target`, `drafter`, `max_new_tokens` and `do_sample` are for policies that
+        use them)."""
         return DraftSchedule(self, batch_size, device)
 
     def initial_lengths(self, batch_size: int, device: torch.device) -> torch.Tensor:
@@ -123,16 +125,17 @@ def expected_tokens(alpha: torch.Tensor, num_drafts: int) -> torch.Tensor:
 
 def best_draft_length(alpha: torch.Tensor, costs, max_gamma: int, min_gain: float = 0.0) -> int:
     """The number of drafts k in [0, max_gamma] that maximizes the committed tokens of the rows whose
-    acceptance rates are `alpha` ([rows]) per millisecond: sum(expected_tokens) / (k * draft_ms +
-    verify_ms(k + 1)). A batched forward costs every row the same, so one k serves all rows. A length
-    must beat the best shorter one (k = 0 is a plain step) by `min_gain` (a fraction) to be chosen: every
-    drafted token also costs the loop work the timed forwards leave out."""
+    acceptance rates are `alpha` ([rows]) per millisecond: sum(expected_tokens) / costs.step_ms(k) (a whole
+    loop step with k drafts: measured loop steps, or k * draft_ms + verify_ms(k + 1) for costs pinned by
+    hand). A batched forward costs every row the same, so one k serves all rows. A length must beat the
+    best shorter one (k = 0 is a plain step) by `min_gain` (a fraction) to be chosen: a guard against
+    drafting on noise in the measured costs."""
     # tokens[k] = sum over rows of 1 + a + ... + a^k, for every k at once (one pass: it runs every step).
     powers = alpha.double()[:, None] ** torch.arange(max_gamma + 1, dtype=torch.float64)  # [rows, max_gamma + 1]
     tokens = powers.cumsum(dim=1).sum(dim=0).tolist()
-    best, best_rate = 0, tokens[0] / costs.verify_ms(1)
+    best, best_rate = 0, tokens[0] / costs.step_ms(0)
     for k in range(1, max_gamma + 1):
-        rate = tokens[k] / (k * costs.draft_ms + costs.verify_ms(k + 1))
+        rate = tokens[k] / costs.step_ms(k)
         if rate > best_rate * (1 + min_gain):
             best, best_rate = k, rate
     return best
@@ -144,9 +147,15 @@ class CostAwareDraftPolicy(DraftPolicy):
     maximizes committed tokens per millisecond, from each row's acceptance so far and the costs of a
     drafter step and of target forwards of each width, timed on the user's own models and device.
 
-    Costs are measured once per target, drafter, device, dtype, batch size and torch thread count (a few
-    timed forwards on scratch caches before the first step; `hf_specdec.calibration`) and reused, so two
-    identical calls in one process decide identically. Acceptance is tracked per row as decayed counts
+    Costs are measured once per target, drafter, device, dtype, batch size, sampling mode and torch thread
+    count (a few timed forwards on scratch caches and timed steps of scratch generate() calls with 0 and 1
+    drafts, before the first step; `hf_specdec.calibration`) and reused, so two identical calls in one
+    process decide identically. A step with k drafts is priced from the measured loop steps, so the
+    drafter's forward and the loop's own work per drafted token count, not only the target's forwards.
+    A call whose drafts have all been rejected (`give_up_after` rejections or more, every row counted, and
+    not one accepted draft) drafts nothing but probes, whatever the costs say: an acceptance that cannot
+    be told from zero never pays, however cheap a wider forward measures (a 2-token forward can measure
+    cheaper than a 1-token one on CPUs that compute bf16). Acceptance is tracked per row as decayed counts
     (`decay` per step, starting from a prior of `prior_alpha` worth `prior_weight` drafts for the call,
     shared among its rows: a step of a batch of b rows observes b rows, so each row's prior is worth
     prior_weight / b drafts and a batch gives up a useless drafter after as few rejections in all as a
@@ -168,8 +177,9 @@ class CostAwareDraftPolicy(DraftPolicy):
     Args:
         max_gamma: most drafts per step considered.
         min_gain: a draft length must beat the best shorter one (0: a plain step) by this fraction of
-            its rate (guards against drafting on noise in the measured costs, and against the loop's own
-            work per drafted token, which they leave out).
+            its rate (guards against drafting on noise in the measured costs).
+        give_up_after: rejections (all rows together) after which a call that has accepted no draft stops
+            drafting except for probes.
         costs: a `hf_specdec.calibration.StepCosts` to use instead of measuring (pins every decision,
             across processes too).
     """
@@ -183,6 +193,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     probe_after: int = 4
     max_probe_interval: int = 64
     probe_budget: float = 0.01
+    give_up_after: int = 3
     costs: object | None = None  # StepCosts
 
     def __post_init__(self) -> None:
@@ -196,6 +207,7 @@ class CostAwareDraftPolicy(DraftPolicy):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise InvalidGammaError(f"{name} must be in (0, 1], got {value!r}.")
         _check_int("probe_after", self.probe_after, 1)
+        _check_int("give_up_after", self.give_up_after, 1)
         _check_int("max_probe_interval", self.max_probe_interval, self.probe_after)
         if not self.probe_budget > 0:
             raise InvalidGammaError(f"probe_budget must be > 0, got {self.probe_budget!r}.")
@@ -205,11 +217,14 @@ class CostAwareDraftPolicy(DraftPolicy):
         return tuple(sorted({*range(1, min(self.max_gamma + 1, 4) + 1), *range(5, self.max_gamma + 2, 2), self.max_gamma + 1}))
 
     def start(
-        self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None
+        self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None,
+        do_sample: bool = False,
     ) -> "CostAwareSchedule":
         from hf_specdec.calibration import step_costs
 
-        costs = self.costs if self.costs is not None else step_costs(target, drafter, batch_size, device, self.widths())
+        costs = self.costs
+        if costs is None:
+            costs = step_costs(target, drafter, batch_size, device, self.widths(), do_sample)
         return CostAwareSchedule(self, costs, batch_size, device, max_new_tokens)
 
 
@@ -227,12 +242,13 @@ class CostAwareSchedule(DraftSchedule):
         self.total_accepted = torch.zeros(batch_size, dtype=torch.long)  # [batch] drafts accepted in this call
         self.total_rejected = torch.zeros(batch_size, dtype=torch.long)  # [batch] rejections in this call
         # The first wait: probe_after plain steps, or as many as keep a probe's extra cost within the budget.
-        extra = costs.draft_ms + costs.verify_ms(2) - costs.verify_ms(1)
-        budgeted = math.ceil(extra / (policy.probe_budget * costs.verify_ms(1)))
+        plain_ms, probe_ms = costs.step_ms(0), costs.step_ms(1)
+        budgeted = math.ceil((probe_ms - plain_ms) / (policy.probe_budget * plain_ms))
         self.first_interval = min(max(policy.probe_after, budgeted), policy.max_probe_interval)
         self.probe_interval = self.first_interval
-        # Drafting pays on average when each row's per-token acceptance reaches this (one draft vs a plain step).
-        self.break_even = (costs.draft_ms + costs.verify_ms(2)) * (1 + policy.min_gain) / costs.verify_ms(1) - 1
+        # Drafting pays on average when each row's per-token acceptance reaches this (one draft vs a plain
+        # step); never below 0, so that accepting nothing never counts as paying.
+        self.break_even = max(0.0, probe_ms * (1 + policy.min_gain) / plain_ms - 1)
         self.plain_steps = 0  # plain steps since the last draft
         self.run_accepted = self.run_rejected = 0  # in the current (or last) run of drafting steps
         self.run_probed = False  # the current (or last) run began with a probe
@@ -253,9 +269,16 @@ class CostAwareSchedule(DraftSchedule):
             # Longer drafts only as acceptances come in: one more than the drafts a row accepted so far.
             longest = min(self.policy.max_gamma, 1 + int(self.total_accepted[rows].max()))
             k = best_draft_length(self.alpha()[rows], self.costs, longest, self.policy.min_gain)
+            if self.given_up():
+                k = 0
             if k == 0 and probing:
                 k = 1
         return torch.full(rows.shape, k, dtype=torch.long, device=self.device)
+
+    def given_up(self) -> bool:
+        """The call has seen `give_up_after` rejections or more and not one accepted draft: an acceptance that
+        cannot be told from zero, so only probes draft."""
+        return int(self.total_accepted.sum()) == 0 and int(self.total_rejected.sum()) >= self.policy.give_up_after
 
     def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor) -> None:
         drafted = (active & (num_drafted > 0)).cpu()  # [batch]
@@ -294,6 +317,7 @@ class CostAwareSchedule(DraftSchedule):
             policy = self.policy
             call_rate = _rate(int(self.total_accepted.sum()), int(self.total_rejected.sum()))
             paying = max(_rate(self.run_accepted, self.run_rejected), call_rate) >= self.break_even
+            paying = paying and int(self.total_accepted.sum()) > 0  # accepting nothing never pays
             if paying and not (probed and step_accepted == 0):  # a dip of a drafter that pays: look again soon
                 self.probe_interval = policy.probe_after
             elif self.run_probed:  # a probe that accepted nothing, or did not pay: wait twice as long

@@ -363,3 +363,87 @@ def test_in_a_batch_a_probe_one_row_accepts_is_not_taken_for_a_useful_drafter():
     lengths = [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(30)]
     stop = lengths.index(0)
     assert lengths[stop : stop + 4] == [0] * 4 and lengths[stop + 4] == 1
+
+
+# A CPU that computes bf16: a 2-token forward measures cheaper than a 1-token one (v(2) = 0.92), so the
+# forwards alone price a draft below a plain step.
+CHEAP_WIDTH = StepCosts(draft_ms=1.0, target_ms={1: 60.0, 2: 55.0, 7: 80.0})
+
+
+def test_with_zero_acceptance_no_cost_estimate_keeps_drafting():
+    # v(2) < v(1): on the forwards alone one draft costs 56 ms against a plain step's 60, so accepting nothing
+    # would look profitable. After give_up_after (3) rejections with nothing accepted, only probes draft, and
+    # each probe that accepts nothing doubles the wait. Control: with the rule off (give_up_after huge) the
+    # same costs draft on every step.
+    policy = CostAwareDraftPolicy(costs=CHEAP_WIDTH, probe_after=4, max_probe_interval=16)
+    schedule = _schedule(policy)
+    lengths = [_step(schedule, accepted=0) for _ in range(60)]
+    assert lengths[:3] == [1, 1, 1] and lengths[3] == 0
+    probes = [i for i in range(3, 60) if lengths[i] > 0]
+    waits = [b - a - 1 for a, b in zip([2, *probes], probes)]
+    assert waits[:4] == [4, 8, 16, 16]
+    assert schedule.break_even == 0.0  # what the costs say: any acceptance pays; the rule decides instead
+    control = _schedule(CostAwareDraftPolicy(costs=CHEAP_WIDTH, give_up_after=10**6))
+    assert all(_step(control, accepted=0) == 1 for _ in range(60))
+
+
+def test_a_batch_gives_up_a_never_accepted_drafter_after_one_step():
+    # Four rows reject four drafts in one step: three rejections in all suffice.
+    schedule = _schedule(CostAwareDraftPolicy(costs=CHEAP_WIDTH), batch=4)
+    assert [_step(schedule, accepted=0) for _ in range(3)] == [1, 0, 0]
+
+
+def test_a_drafter_that_becomes_right_later_is_tried_again_after_giving_up():
+    policy = CostAwareDraftPolicy(costs=CHEAP_WIDTH, probe_after=4, max_probe_interval=16)
+    schedule = _schedule(policy)
+    before = [_step(schedule, accepted=0) for _ in range(20)]
+    assert before[-1] == 0 and schedule.given_up()
+    after = [_step(schedule, accepted=6) for _ in range(40)]  # from now on every draft is accepted
+    assert not schedule.given_up()
+    assert after[-1] >= 3  # a probe accepted: drafting again, and longer as acceptance builds up
+
+
+def test_measured_loop_steps_price_every_draft_length():
+    # Loop steps timed at 62 ms (plain) and 75 ms (one draft) while the forwards were timed at another moment
+    # (60 / 55 ms): absolute times come from the loop steps, widths as ratios. A draft adds 75 - 62 * 55 / 60
+    # = 18.17 ms besides its wider forward.
+    costs = StepCosts(draft_ms=1.0, target_ms={1: 60.0, 2: 55.0, 7: 80.0}, loop_ms={0: 62.0, 1: 75.0})
+    assert costs.step_ms(0) == pytest.approx(62.0) and costs.step_ms(1) == pytest.approx(75.0)
+    overhead = 75.0 - 62.0 * 55.0 / 60.0
+    assert costs.draft_overhead_ms() == pytest.approx(overhead)
+    assert costs.step_ms(3) == pytest.approx(62.0 * costs.verify_ms(4) / 60.0 + 3 * overhead)
+    schedule = _schedule(CostAwareDraftPolicy(costs=costs))
+    assert schedule.break_even == pytest.approx(75.0 * 1.02 / 62.0 - 1)
+    # Priced from the forwards alone the same drafter's draft looks cheaper than a plain step.
+    assert CHEAP_WIDTH.step_ms(1) < CHEAP_WIDTH.step_ms(0)
+    # A 1-draft step measured faster than the width ratio predicts adds nothing per draft (never below 0).
+    assert StepCosts(draft_ms=1.0, target_ms={1: 60.0, 2: 90.0}, loop_ms={0: 60.0, 1: 80.0}).draft_overhead_ms() == 0.0
+
+
+def test_loop_step_costs_need_both_lengths():
+    with pytest.raises(ValueError):
+        StepCosts(draft_ms=1.0, target_ms={1: 60.0}, loop_ms={1: 70.0})
+
+
+def test_calibration_times_whole_loop_steps_through_generate(target, partial_drafter):
+    # The scratch calls run the loop itself: the 1-draft calls draft, the plain ones do not.
+    drafter = hf_specdec.ModelDrafter(partial_drafter)
+    stats = []
+    original = calibration._ClockedSchedule.update
+
+    def counting(self, active, num_drafted, num_accepted):
+        stats.append((id(self), int(num_drafted.max()), int(active.sum())))
+        return original(self, active, num_drafted, num_accepted)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(calibration._ClockedSchedule, "update", counting)
+        loop = calibration.measure_loop_steps(target, drafter, 2, torch.device("cpu"), do_sample=True)
+    assert set(loop) == {0, 1} and all(ms > 0 for ms in loop.values())
+    calls = {}
+    for call, k, _ in stats:  # a call's drafts per step (its last step has no room to draft)
+        calls[call] = max(calls.get(call, 0), k)
+    assert sorted(calls.values()) == [0] * calibration.LOOP_ROUNDS + [1] * (calibration.LOOP_ROUNDS + 1)  # + warm-up
+    assert max(rows for _, _, rows in stats) == 2
+    # A call with accepted drafts takes fewer steps; every call takes at most LOOP_STEPS + 1.
+    steps = [sum(1 for call, _, _ in stats if call == c) for c in calls]
+    assert all(1 < n <= calibration.LOOP_STEPS + 1 for n in steps)
