@@ -32,7 +32,7 @@ test-real: real-model
 test-sweep: install
 	$(BIN)/python -m pytest -q -m sweep
 
-# Regenerates docs/support.md (the README's support table) from the sweep.
+# Regenerates docs/support.md (the per-type support table the README and docs/compatibility.md link to) from the sweep.
 support-table: install
 	$(BIN)/python tests/arch_sweep.py --stress --table docs/support.md
 

@@ -22,7 +22,7 @@ from hf_specdec.drafters import resolve_drafter
 from hf_specdec.smollm2 import load_smollm2
 
 ROOT = Path(__file__).resolve().parent.parent / "drafters"
-#: The fastest shipped drafter on the benchmark (README, "Latest results"), then the other one.
+#: The fastest shipped drafter on the benchmark (docs/results.md), then the other one.
 DRAFTERS = (ROOT / "smollm2-135m-instruct-eagle3", ROOT / "smollm2-135m-instruct")
 PROMPTS = [
     "Explain why the sky is blue to a ten year old.",

@@ -10,7 +10,7 @@ Linear weight.
 
 Why: on CPUs without bf16 matrix units (here an AVX2-only EPYC), MKL's float32 kernels for 2-16 rows
 cost nearly as much per row as for one, so scoring 2 tokens costs ~1.7 single-token steps; packed
-oneDNN weights bring a 2-token forward of SmolLM2-135M to ~1.2 steps (README, "CPU kernels").
+oneDNN weights bring a 2-token forward of SmolLM2-135M to ~1.2 steps (docs/how-it-works.md, "CPU kernels").
 Speculative verification and batched decoding both score several rows at once.
 """
 

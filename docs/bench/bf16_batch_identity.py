@@ -1,4 +1,4 @@
-"""bf16 plain generate(): do greedy tokens depend on the batch composition? (README, half precision.)"""
+"""bf16 plain generate(): do greedy tokens depend on the batch composition? (docs/how-it-works.md, "Exactness in half precision".)"""
 import torch
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
 from hf_specdec.smollm2 import load_smollm2

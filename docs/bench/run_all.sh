@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "Latest results" (2026-11-23, at the commit that added this file): a full run on the
+# docs/results.md, "The full comparison" (2026-11-23, at the commit that added this file): a full run on the
 # otherwise idle 2-core AVX2 machine, two queues at once, one per core (taskset), 1 torch thread each, so
 # the load average is 2.0 (the two benchmark threads; each report states its own). The `default` and
 # `feature` sections time their methods side by side with plain generate(); every other row is the

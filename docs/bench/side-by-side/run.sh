@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 10's guarantees, re-measured side by side (README "Latest results", 2026-11-23): the default and
+# Issue 10's guarantees, re-measured side by side (the README's "Latest results" of 2026-11-23; results now live in docs/results.md): the default and
 # feature sections time every method interleaved with plain generate(), 3 repeats, median. Two queues ran
 # at once, one per core (taskset), 1 torch thread each: the load average was 2 on the 2-core machine, and
 # the interleaving makes both methods of a ratio share it. Run from the repository root.
