@@ -3,7 +3,10 @@ plain generate() on the same prompts in the same run.
 
 It loads the target in whichever dtype runs a decoding step faster on this machine, warms both methods
 up (the default policy measures its costs then), times plain and speculative runs interleaved and keeps
-the median of several, prints the policy's choices, and warns when the machine was busy.
+the median of several, prints the policy's choices, and warns when the machine was busy. Per prompt it
+says whether the text is plain generate()'s own, and where it is not, where it first differs and the
+target's top-two logit gap there (in half precision a near-tie can flip, as it does in plain generate()
+between batch sizes).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import torch
 
 import hf_specdec
+from hf_specdec.bench.measure import TIE_TOLERANCE, first_difference
 from hf_specdec.calibration import measure
 from hf_specdec.drafters import resolve_drafter
 from hf_specdec.smollm2 import load_smollm2
@@ -38,10 +42,28 @@ def load_fastest_target():
     timings, models = {}, {}
     for dtype in (torch.float32, torch.bfloat16):
         model, tok = load_smollm2(dtype)  # a fresh load: casting back and forth would round the fp32 weights
-        costs = measure(model, hf_specdec.PromptLookupDrafter(), 1, torch.device("cpu"), (1,))
+        costs = measure(model, hf_specdec.PromptLookupDrafter(), 1, torch.device("cpu"), (1,), loop_steps=False)
         timings[dtype], models[dtype] = costs.verify_ms(1), model
     dtype = min(timings, key=timings.get)
     return models[dtype], tok, dtype, {str(d).removeprefix("torch."): ms for d, ms in timings.items()}
+
+
+def explain(target, tok, prompt: list[int], plain: list[int], spec: list[int]) -> tuple[str, str]:
+    """(kind, sentence) for one prompt: identical, a first difference at a near-tie of the target's top two
+    logits, or a difference elsewhere."""
+    difference = first_difference(target, prompt, plain, spec)
+    if difference is None:
+        return "identical", "identical to plain generate()"
+    show = lambda token: "its end" if token is None else repr(tok.decode([token]))
+    where = (f"first differs from plain generate() at new token {difference.index}: plain {show(difference.plain_token)}, "
+             f"speculative {show(difference.other_token)}")
+    if difference.near_tie:
+        dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
+        return "near-tie", (f"{where}; the target's top two logits there are {difference.gap:.4f} apart, a near-tie: in "
+                            f"{dtype} the scores of a 1-token and a multi-token forward round differently, and plain "
+                            "generate() itself flips such ties between batch sizes")
+    gap = "plain had ended" if difference.gap is None else f"top-2 gap {difference.gap:.4f}"
+    return "differs", f"{where} ({gap}): not a near-tie; this is a bug, please report it"
 
 
 def main() -> None:
@@ -64,7 +86,7 @@ def main() -> None:
     drafter = resolve_drafter(str(drafter_dir))
     stats = hf_specdec.SpeculativeStats()
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=False)
-    plain_times, spec_times, ratios, tokens = [], [], [], 0
+    plain_times, spec_times, ratios, tokens, verdicts = [], [], [], 0, []
     for index, prompt in enumerate(PROMPTS):
         inputs = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                          return_tensors="pt", return_dict=True)
@@ -90,18 +112,26 @@ def main() -> None:
         ratios += [p / s for p, s in zip(times["plain"], times["spec"])]
         tokens += outputs["plain"].shape[1] - prompt_len
         print(f"\n### {prompt}\n{tok.decode(outputs['spec'][0, prompt_len:], skip_special_tokens=True)}")
-        print(f"[same text as plain generate(): {torch.equal(outputs['plain'], outputs['spec'])}]")
+        verdict = explain(target, tok, inputs["input_ids"][0].tolist(), outputs["plain"][0, prompt_len:].tolist(),
+                          outputs["spec"][0, prompt_len:].tolist())
+        verdicts.append(verdict)
+        print(f"[{verdict[1]}]")
 
     load_after = os.getloadavg()[0]
     plain_rate, spec_rate = tokens / sum(plain_times), tokens / sum(spec_times)
     lengths = stats.draft_lengths.tolist()
     print("\n" + "=" * 72)
+    print(f"CPU:                          {hf_specdec.cpu.describe()}")
     print(f"target dtype:                 {str(dtype).removeprefix('torch.')} (one decoding step: "
           + ", ".join(f"{name} {ms:.1f} ms" for name, ms in step_ms.items()) + ")"
           + ("; oneDNN-packed linears (plain and speculative)" if packed else ""))
     print(f"drafter:                      {drafter_dir.name} ({type(drafter).__name__})")
     print(f"policy:                       {'gamma=' + str(args.gamma) if args.gamma else 'cost-aware default'}; steps "
           "by drafts proposed: " + ", ".join(f"{k}: {n}" for k, n in enumerate(lengths) if n))
+    counts = {kind: sum(v[0] == kind for v in verdicts) for kind in ("identical", "near-tie", "differs")}
+    print(f"same text as plain generate(): {counts['identical']} of {len(verdicts)} identical"
+          + (f", {counts['near-tie']} first differ at a near-tie (top-2 gap < {TIE_TOLERANCE})" if counts["near-tie"] else "")
+          + (f", {counts['differs']} differ elsewhere (a bug: please report it)" if counts["differs"] else ""))
     print(f"acceptance rate alpha:        {stats.acceptance_rate:.3f}")
     print(f"tokens per target forward:    {stats.tokens_per_step:.2f}")
     print(f"plain generate():             {plain_rate:.1f} tokens/s (median of {args.repeats} per prompt)")

@@ -303,3 +303,50 @@ def test_min_pairs_repeats_the_groups_with_few_batches_more(tiny_pair, tmp_path,
         run_bench(target, drafter, tokenizer, config, progress=False)
         assert sorted(seen, reverse=True) == expected
         assert ("at least 6 calls per method" in (tmp_path / "results.md").read_text()) == bool(min_pairs)
+
+
+def test_first_difference_names_the_position_and_the_targets_top_two_gap(target):
+    import tiny_models
+
+    input_ids, _ = tiny_models.prompts(1, seed=40)
+    prompt = input_ids[0].tolist()
+    plain = target.generate(input_ids, do_sample=False, max_new_tokens=8, eos_token_id=None)[0, len(prompt):].tolist()
+    assert measure.first_difference(target, prompt, plain, list(plain)) is None
+    # Replace new token 3 by the target's runner-up there: the gap is that of an independent forward.
+    with torch.no_grad():
+        logits = target(input_ids=torch.tensor([prompt + plain[:3]])).logits[0, -1]
+    top = logits.topk(2)
+    other = plain[:3] + [int(top.indices[1])] + plain[4:]
+    difference = measure.first_difference(target, prompt, plain, other)
+    assert (difference.index, difference.plain_token, difference.other_token) == (3, plain[3], int(top.indices[1]))
+    assert difference.gap == pytest.approx(float(top.values[0] - top.values[1]))
+    assert difference.near_tie == (difference.gap < measure.TIE_TOLERANCE)
+    # An output that stops early differs where it ended.
+    short = measure.first_difference(target, prompt, plain, plain[:5])
+    assert (short.index, short.other_token) == (5, None) and short.gap is not None
+
+
+def test_the_demo_explains_every_difference_it_prints(monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+    spec = importlib.util.spec_from_file_location("demo", path)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+
+    class Tok:
+        def decode(self, ids):
+            return f"<{ids[0]}>"
+
+    class Target(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16))
+
+    answers = iter([None, measure.Difference(7, 11, 12, 0.0625), measure.Difference(7, 11, 12, 3.0)])
+    monkeypatch.setattr(demo, "first_difference", lambda *args: next(answers))
+    kinds = [demo.explain(Target(), Tok(), [1], [11], [12]) for _ in range(3)]
+    assert [kind for kind, _ in kinds] == ["identical", "near-tie", "differs"]
+    assert "new token 7" in kinds[1][1] and "0.0625" in kinds[1][1] and "near-tie" in kinds[1][1] and "bfloat16" in kinds[1][1]
+    assert "3.0000" in kinds[2][1] and "bug" in kinds[2][1]

@@ -53,3 +53,16 @@ def test_training_and_other_dtypes_keep_the_default_path():
     out.sum().backward()
     assert layer.weight.grad is not None
     assert pack_linears(tiny_models.llama(seed=0).to(torch.bfloat16)) == 0
+
+
+def test_describe_names_the_cpu_and_its_bf16_instructions(monkeypatch):
+    import io
+
+    from hf_specdec import cpu
+
+    zen4 = "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\nmodel name\t: other\n"
+    monkeypatch.setattr(cpu, "open", lambda *args, **kwargs: io.StringIO(zen4), raising=False)
+    assert cpu.describe() == "AMD EPYC 9R14 (avx512_bf16: yes, amx_bf16: no)"
+    zen3 = "model name\t: AMD EPYC 7B13\nflags\t\t: fpu avx2\n"
+    monkeypatch.setattr(cpu, "open", lambda *args, **kwargs: io.StringIO(zen3), raising=False)
+    assert cpu.describe() == "AMD EPYC 7B13 (avx512_bf16: no, amx_bf16: no)"

@@ -19,6 +19,7 @@ import transformers
 from tqdm.auto import tqdm
 
 import hf_specdec  # noqa: F401  (installs the drafter= keyword)
+from hf_specdec import cpu
 from hf_specdec.bench import report
 from hf_specdec.bench.runner import Bench, BenchConfig
 from hf_specdec.bench.sections import SECTIONS
@@ -75,6 +76,7 @@ def run_bench(
         "torch_interop_threads": torch.get_num_interop_threads(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
+        "cpu": cpu.describe(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

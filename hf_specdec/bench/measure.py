@@ -4,7 +4,8 @@ Contract: `time_side_by_side` warms up each method, then times every batch of th
 prompts with the same seeds, the methods interleaved, and counts generated tokens up to each row's first
 EOS; nothing here knows which method it times. `paired_speedup` compares two of its measurements call by
 call. `per_token_alpha` and `leviathan_speedup` give the bound (step costs come from
-`hf_specdec.distill.step_cost_ms`, which the distill tool reports too).
+`hf_specdec.distill.step_cost_ms`, which the distill tool reports too). `first_difference` says where two
+greedy outputs part and whether the target's own top two logits were a near-tie there.
 """
 
 from __future__ import annotations
@@ -22,6 +23,41 @@ from hf_specdec.stats import SpeculativeStats
 
 #: generate(inputs, stats, **generate_kwargs) -> sequences; `stats` is a SpeculativeStats to fill or None.
 GenerateFn = Callable[..., torch.Tensor]
+
+#: Top-two logit gap below which a greedy choice is a near-tie: bf16 rounds logits near 16 to steps of 0.0625,
+#: and plain generate() itself flips such ties between batch sizes in half precision.
+TIE_TOLERANCE = 0.25
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Where a greedy output first parts from plain generate()'s: new-token `index`, the two tokens there, and
+    the gap between the target's own top two logits at that point (from a full forward of the prompt and
+    plain's tokens before it)."""
+
+    index: int
+    plain_token: int | None  # None: plain had ended
+    other_token: int | None  # None: the other had ended
+    gap: float | None  # None when plain had ended (nothing to compare)
+
+    @property
+    def near_tie(self) -> bool:
+        return self.gap is not None and self.gap < TIE_TOLERANCE
+
+
+@torch.no_grad()
+def first_difference(target, prompt: list[int], plain: list[int], other: list[int]) -> Difference | None:
+    """None when `other` equals `plain` (both new tokens only), else where and how they first differ."""
+    if plain == other:
+        return None
+    first = next(i for i, (a, b) in enumerate(zip(plain + [None], other + [None])) if a != b)
+    plain_token = plain[first] if first < len(plain) else None
+    other_token = other[first] if first < len(other) else None
+    if plain_token is None:
+        return Difference(first, None, other_token, None)
+    ids = torch.tensor([prompt + plain[:first]], device=target.device)
+    top = target(input_ids=ids).logits[0, -1].float().topk(2).values
+    return Difference(first, plain_token, other_token, float(top[0] - top[1]))
 
 
 @dataclass

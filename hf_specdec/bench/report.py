@@ -187,6 +187,7 @@ def markdown(results: dict, titles: dict[str, str]) -> str:
         + f", torch threads: {env['torch_threads']}, repeats: {config['repeats']}"
         + (f" (side by side: at least {config['min_pairs']} calls per method)" if config.get("min_pairs") else "")
         + ".",
+        f"CPU: {env.get('cpu', 'not recorded')}. "
         f"torch {env['torch']}, transformers {env['transformers']}, {env['cpu_count']} CPUs, load average "
         f"{env['load_average_start']} at start, {env['load_average_end']} at end; {env['wall_seconds']:.0f} s in all.",
         ("tokens/s = generated tokens (EOS ignored: every row generates max_new_tokens, all counted) / wall time, "

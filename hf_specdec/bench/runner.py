@@ -20,15 +20,13 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from hf_specdec.bench import prompts as prompt_sets
-from hf_specdec.bench.measure import GenerateFn, Measurement, paired_speedup, time_side_by_side
+from hf_specdec.bench.measure import GenerateFn, Measurement, first_difference, paired_speedup, time_side_by_side
 from hf_specdec.distill.evaluate import step_cost_ms
 
 MODES = ("greedy", "sampled")
-#: In half precision, a row whose first differing token comes after a position where plain generate()'s
-#: own top two logits were closer than this still counts as identical ("tie-identical"); raw identity is
-#: reported beside it. bf16 keeps 8 bits of mantissa: logits near 16 are rounded to 0.0625.
-TIE_TOLERANCE = 0.25
-
+# In half precision, a row whose first differing token comes after a position where plain generate()'s own
+# top two logits were closer than measure.TIE_TOLERANCE still counts as identical ("tie-identical"); raw
+# identity is reported beside it.
 
 @dataclass
 class BenchConfig:
@@ -292,16 +290,10 @@ class Bench:
                 )
         return row
 
-    @torch.no_grad()
     def _near_tie(self, prompt: list[int], plain: list[int], other: list[int]) -> bool:
-        """Whether `other` first departs from `plain` right after a position where plain's own top two
-        logits (a full forward of the prompt and plain's tokens) differ by less than TIE_TOLERANCE."""
-        first = next(i for i, (a, b) in enumerate(zip(plain + [None], other + [None])) if a != b)
-        if first >= len(plain):
-            return False
-        ids = torch.tensor([prompt + plain[:first]])
-        top = self.target(input_ids=ids).logits[0, -1].float().topk(2).values
-        return float(top[0] - top[1]) < TIE_TOLERANCE
+        """Whether `other` first departs from `plain` at a near-tie of plain's own top two logits."""
+        difference = first_difference(self.target, prompt, plain, other)
+        return difference is not None and difference.near_tie
 
     def gamma_for(self, mode: str) -> int:
         """The sweep's fastest gamma for `mode`, or the configured gamma when the sweep did not run."""
