@@ -115,8 +115,9 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
         assert group[-2]["vs_best_fixed"] == pytest.approx(group[-2]["speedup"] / fastest[0]["speedup"], abs=1e-3)
         assert group[-1]["method"] == "hf_specdec, default, unrelated drafter"
         for row in group[-2:]:  # what the default decided with: its call's stored costs, and one draft's break-even
-            draft, targets = row["costs_ms"].split(", ")
-            assert float(draft) > 0 and all(float(ms) > 0 for ms in targets.split(" / "))
+            forwards, steps = row["costs_ms"].split("; steps ")
+            draft, targets = forwards.split(", ")
+            assert float(draft) > 0 and all(float(ms) > 0 for ms in targets.split(" / ") + steps.split(" / "))
             assert math.isfinite(row["break_even"])
         for row in group:  # one repeat: its ratio of totals is the median's; the paired speedup is a call's
             assert row["speedup_range"] == pytest.approx([row["speedup_of_totals"]] * 2, abs=1e-3)

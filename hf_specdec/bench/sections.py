@@ -133,17 +133,18 @@ def _best_fixed(rows: list[dict[str, Any]], default_row: dict[str, Any]) -> dict
     return best
 
 
-def _decided_with(bench: Bench, drafter, batch_size: int) -> dict[str, Any]:
+def _decided_with(bench: Bench, drafter, batch_size: int, mode: str) -> dict[str, Any]:
     """The measured costs the default policy decided with in a group's calls (stored by their warm-up call;
     nothing is timed here) and the per-token acceptance at which one draft pays under them."""
     policy = CostAwareDraftPolicy()
     device = bench.target.device
-    costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths())
+    costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths(), mode == "sampled")
     if costs is None:
         return {}
     schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, drafter, batch_size, device)
     return {
-        "costs_ms": f"{costs.draft_ms:.1f}, {costs.verify_ms(1):.1f} / {costs.verify_ms(2):.1f}",
+        "costs_ms": f"{costs.draft_ms:.1f}, {costs.verify_ms(1):.1f} / {costs.verify_ms(2):.1f}; "
+                    f"steps {costs.step_ms(0):.1f} / {costs.step_ms(1):.1f}",
         "break_even": round(schedule.break_even, 3),
     }
 
@@ -167,7 +168,7 @@ def default(bench: Bench) -> Result:
             control = (bench.plain_again(), {"method": "plain generate(), timed again (A/A control)"})
             *group, again = bench.rows_side_by_side([*methods, control], mode, size)
             for row, drafter in ((group[-2], bench.drafter), (group[-1], bench.unrelated)):
-                row.update(_decided_with(bench, drafter, size))
+                row.update(_decided_with(bench, drafter, size, mode))
             fastest = _best_fixed(group[:-2], group[-2])
             if size == 1:
                 best = fastest["gamma"]
@@ -194,7 +195,8 @@ def default(bench: Bench) -> Result:
             "The unrelated drafter has the drafter's architecture and vocabulary and fresh random weights: it never "
             "agrees, so these rows show what the default costs when speculation cannot pay.",
             "costs ms = what the default decided with (hf_specdec.calibration, timed during the warm-up call): one "
-            "drafting step, then target forwards of 1 / 2 tokens per row; break-even = the per-token acceptance at "
+            "drafting step, target forwards of 1 / 2 tokens per row, then the whole loop steps with 0 / 1 drafts "
+            "(timed through generate(), what the policy prices with); break-even = the per-token acceptance at "
             "which one draft per step pays under them (2 % margin). Timed on a busy machine, they can differ from "
             "one run to the next, and the decisions with them.",
         ],
