@@ -206,8 +206,8 @@ class FeatureDrafter(Drafter):
     The first step of a call drafts nothing (there are no target states before the target's first
     forward); afterwards each step first feeds the head what the last verification confirmed, then drafts
     autoregressively from its own predicted states. Sampling, the confidence stop and draft policies
-    work as with `ModelDrafter`. Load one with `hf_specdec.eagle.load_feature_head(path)` or pass its
-    directory as `drafter=`.
+    work as with `ModelDrafter`. `hf_specdec.load_drafter(path)` returns one for a head directory; passing
+    the directory as `drafter=` does the same.
     """
 
     def __init__(self, head: FeatureHead):
