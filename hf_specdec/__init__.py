@@ -10,6 +10,7 @@ from hf_specdec.dispatch import install, is_installed, uninstall
 from hf_specdec.drafters import Drafter, FeatureDrafter, ModelDrafter, PromptLookupDrafter
 from hf_specdec.errors import (
     CheckpointNotFoundError,
+    DrafterLoadError,
     IncompatibleDrafterError,
     InvalidGammaError,
     MaxLengthError,
@@ -44,6 +45,7 @@ __all__ = [
     "CostAwareDraftPolicy",
     "DraftPolicy",
     "Drafter",
+    "DrafterLoadError",
     "FeatureDrafter",
     "HeuristicDraftPolicy",
     "IncompatibleDrafterError",

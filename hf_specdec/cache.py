@@ -18,6 +18,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
+from hf_specdec.compat import forward_parameters
 from hf_specdec.errors import UnsupportedModelError
 
 #: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
@@ -40,10 +41,6 @@ class TargetFeatures:
     index: torch.Tensor  # [batch, width] long, buffer index of each column's token
     positions: torch.Tensor  # [batch, width] long, the token's position within its row
     fed: torch.Tensor  # [batch, width] bool, the column held one of the row's tokens
-
-
-def _accepts(model: PreTrainedModel, name: str) -> bool:
-    return name in inspect.signature(model.forward).parameters
 
 
 @dataclass(frozen=True)
@@ -158,7 +155,7 @@ class CachedModel:
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [batch, width] live columns
         self.positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # [batch, width]
         self.num_cached = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch] tokens fed and kept
-        self._logits_to_keep = _accepts(model, "logits_to_keep")
+        self._logits_to_keep = "logits_to_keep" in forward_parameters(model)
         self.num_forwards = 0
         # A reduced head (FR-Spec): logits only for `vocab_subset`, -inf elsewhere.
         self.vocab_subset = None

@@ -215,8 +215,17 @@ def check_model_pair(
     return shared
 
 
-def _parameters(module) -> dict[str, inspect.Parameter]:
-    return dict(inspect.signature(module.forward).parameters)
+def forward_parameters(module: torch.nn.Module) -> dict[str, inspect.Parameter]:
+    """The parameters of the forward that `module`'s class defines, bound to `module` (no `self`).
+
+    Asked of the class, never of the instance: users replace `model.forward` with wrappers that count,
+    log or time calls (`lambda *a, **k: orig(*a, **k)`), which still take whatever the class's forward
+    takes but whose own signature says nothing. Decorators on the class's forward that keep
+    `__wrapped__` (functools.wraps, as transformers' own do) are followed by `inspect.signature`. The
+    loop still calls the model as usual (`model(...)`), so an instance wrapper sees every call.
+    """
+    forward = type(module).forward.__get__(module, type(module))
+    return dict(inspect.signature(forward).parameters)
 
 
 def _has_positional_weights(model: PreTrainedModel) -> bool:
@@ -235,15 +244,15 @@ def check_model_interface(model: PreTrainedModel, role: str = "target") -> None:
     config: it must keep its state in `past_key_values` (the loop feeds only uncached tokens and rolls
     the cache back) and honour `attention_mask` (padding and rejected drafts are masked columns)."""
     name = type(model).__name__
-    if "past_key_values" not in _parameters(model):
+    if "past_key_values" not in forward_parameters(model):
         raise UnsupportedModelError(
             f"{name} keeps its decoding state outside `past_key_values` (its forward takes none), so speculative "
             f"decoding cannot roll it back; decode it without drafter= (or use another {role})."
         )
     inner = model.base_model
-    if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in _parameters(inner).values()):
+    if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in forward_parameters(inner).values()):
         inner = model.get_decoder()  # a wrapper that passes everything on to the decoder it holds
-    if "attention_mask" not in _parameters(inner):
+    if "attention_mask" not in forward_parameters(inner):
         raise UnsupportedModelError(
             f"{name}'s {type(inner).__name__} takes no attention_mask, so the padding and rejected drafts the "
             f"loop masks would be attended to; decode it without drafter= (or use another {role})."
@@ -270,7 +279,7 @@ def check_target(model: PreTrainedModel, batch_size: int) -> None:
     if batch_size == 1:
         return
     name = type(model).__name__
-    parameters = _parameters(model)
+    parameters = forward_parameters(model)
     if "position_ids" not in parameters and _has_positional_weights(model):
         raise UnsupportedModelError(
             f"{name} takes no position_ids and derives positions from its cache length, which masked cache "

@@ -45,6 +45,11 @@ class CheckpointNotFoundError(SpeculativeError, FileNotFoundError):
     """A drafter (or the CLI's target) path that is neither a directory nor a downloaded hub model."""
 
 
+class DrafterLoadError(SpeculativeError, ValueError):
+    """A drafter (or the CLI's target) directory that holds neither a causal LM nor an EAGLE feature head,
+    whose weights do not fit its config, or a load option that does not apply to what it holds."""
+
+
 class UnknownQuantizationError(SpeculativeError, ValueError):
     """A quantization name that hf_specdec does not know."""
 

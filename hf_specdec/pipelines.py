@@ -13,24 +13,18 @@ import os
 
 from transformers import TextGenerationPipeline
 
-from hf_specdec.drafters import resolve_drafter
 from hf_specdec.loading import load_drafter, load_tokenizer
 
 _original_sanitize_parameters = None
 
 
 def _load_path_drafter(pipe: TextGenerationPipeline, path: str | os.PathLike):
-    """(drafter, tokenizer or None) of a drafter directory (a causal LM on the target's device, or a
-    feature head); cached on the pipeline, so calling it in a loop loads the checkpoint once."""
-    from hf_specdec.eagle import is_feature_head
-
+    """(drafter, tokenizer or None) of a drafter directory (`load_drafter`: a causal LM or a feature head,
+    on the target's device); cached on the pipeline, so calling it in a loop loads the checkpoint once."""
     cache = pipe.__dict__.setdefault("_hf_specdec_drafters", {})
     key = os.fspath(path)
     if key not in cache:
-        if is_feature_head(key):
-            cache[key] = (resolve_drafter(key), None)
-        else:
-            cache[key] = (load_drafter(key, device=pipe.model.device), load_tokenizer(key))
+        cache[key] = (load_drafter(key, device=pipe.model.device), load_tokenizer(key))
     return cache[key]
 
 

@@ -108,6 +108,20 @@ def test_prompt_lookup_drafter(checkpoints, target, tokenizer, capsys):
     assert capsys.readouterr().out.splitlines() == [_expected(target, tokenizer, PROMPTS[0])]
 
 
+def test_feature_head_directory_as_drafter(checkpoints, target, tokenizer, tmp_path, capsys):
+    # The CLI loads --drafter with load_drafter, which reads head directories too (they carry no tokenizer).
+    from hf_specdec.distill.feature_head import build_feature_head
+    from hf_specdec.eagle import save_feature_head
+
+    save_feature_head(build_feature_head(target, "eagle1"), tmp_path / "head")
+    args = _args(checkpoints, "--gamma", "2", *PROMPTS[:2])
+    args[args.index("--drafter") + 1] = str(tmp_path / "head")
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [_expected(target, tokenizer, p) for p in PROMPTS[:2]]
+    assert "drafter_forwards=0" not in captured.err  # the head drafted
+
+
 def test_stream_prints_the_same_completions(checkpoints, capsys):
     assert main(_args(checkpoints, *PROMPTS[:2])) == 0
     expected = capsys.readouterr().out

@@ -146,3 +146,55 @@ def test_right_padding_is_rejected(target):
 def test_drafter_of_the_wrong_type(target):
     with pytest.raises(TypeError, match="drafter must be"):
         target.generate(_ids(), max_new_tokens=3, drafter=42)
+
+
+# Models are judged by their class, never by an instance attribute a user replaced: wrapping `forward` to
+# count, log or time calls is common, and such a wrapper's `*args, **kwargs` signature says nothing.
+
+GREEDY = {"do_sample": False, "max_new_tokens": 12}
+
+
+def _count_calls(model) -> list:
+    """Wraps `model.forward` the way users count calls; returns the list that grows by one per call."""
+    calls = []
+    original = model.forward
+    model.forward = lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs)
+    return calls
+
+
+@pytest.mark.parametrize("wrapped", ["drafter", "target", "both"])
+def test_a_wrapped_forward_decodes_like_plain_generate_and_sees_every_call(wrapped):
+    target = tiny_models.llama(seed=0)
+    drafter = tiny_models.perturbed(target, scale=0.1)
+    input_ids, mask = tiny_models.prompts(3, seed=1)
+    expected = target.generate(input_ids, attention_mask=mask, **GREEDY)  # before any wrapping
+    target_calls = _count_calls(target) if wrapped in ("target", "both") else None
+    drafter_calls = _count_calls(drafter) if wrapped in ("drafter", "both") else None
+    stats = hf_specdec.SpeculativeStats()
+    out = target.generate(input_ids, attention_mask=mask, drafter=drafter, gamma=3, stats=stats, **GREEDY)
+    assert torch.equal(out, expected)
+    assert stats.target_forwards > 0 and stats.drafter_forwards > 0
+    if target_calls is not None:
+        assert len(target_calls) == stats.target_forwards
+    if drafter_calls is not None:
+        assert len(drafter_calls) == stats.drafter_forwards
+
+
+def test_a_wrapped_drafter_with_another_vocabulary_gets_the_vocabulary_error(target):
+    drafter = tiny_models.llama(seed=1, vocab=120)
+    calls = _count_calls(drafter)
+    message = _raises(errors.VocabMismatchError, target, drafter)
+    assert "96" in message and "120" in message
+    assert not calls
+
+
+@pytest.mark.parametrize("compiled", ["drafter", "target"])
+def test_a_torch_compiled_forward_decodes_like_plain_generate(compiled):
+    target = tiny_models.llama(seed=0)
+    drafter = tiny_models.perturbed(target, scale=0.1)
+    input_ids, mask = tiny_models.prompts(3, seed=1)
+    expected = target.generate(input_ids, attention_mask=mask, **GREEDY)
+    model = drafter if compiled == "drafter" else target
+    model.forward = torch.compile(model.forward, backend="eager")  # as transformers' docs suggest, without a C compiler
+    out = target.generate(input_ids, attention_mask=mask, drafter=drafter, gamma=3, **GREEDY)
+    assert torch.equal(out, expected)

@@ -79,11 +79,9 @@ FEATURE_HEAD = DRAFTER.parent / "smollm2-135m-instruct-eagle3"
 
 @pytest.fixture(scope="module")
 def feature_drafter(pair):
-    from hf_specdec.drafters import resolve_drafter
-
     if not FEATURE_HEAD.is_dir():
         pytest.skip(f"{FEATURE_HEAD} is not there yet")
-    return resolve_drafter(str(FEATURE_HEAD))
+    return hf_specdec.load_drafter(FEATURE_HEAD)  # what generate(drafter=str(FEATURE_HEAD)) loads too
 
 
 def test_shipped_feature_head_passes_the_checks_and_loads_as_published(pair, feature_drafter):

@@ -27,8 +27,8 @@ __all__ = [
 
 def resolve_drafter(drafter) -> Drafter:
     """Turns what a user passes as `drafter=` into a Drafter: a Drafter as is, a causal LM, the name
-    "prompt_lookup", a directory holding an EAGLE feature head (`hf_specdec.eagle`), or a path / hub id of
-    a causal LM (loaded with `hf_specdec.load_drafter`)."""
+    "prompt_lookup", or a path: a causal-LM checkpoint or an EAGLE feature head directory, loaded by
+    `hf_specdec.load_drafter` (the one loader for paths)."""
     if isinstance(drafter, Drafter):
         return drafter
     if isinstance(drafter, PreTrainedModel):
@@ -36,12 +36,9 @@ def resolve_drafter(drafter) -> Drafter:
     if isinstance(drafter, str) and drafter == "prompt_lookup":
         return PromptLookupDrafter()
     if isinstance(drafter, (str, os.PathLike)):
-        from hf_specdec.eagle import is_feature_head, load_feature_head
-        from hf_specdec.loading import load_drafter
+        from hf_specdec.loading import load_drafter  # loading imports this package
 
-        if is_feature_head(drafter):
-            return FeatureDrafter(load_feature_head(drafter))
-        return ModelDrafter(load_drafter(drafter))
+        return resolve_drafter(load_drafter(drafter))
     raise TypeError(
         "drafter must be a transformers causal LM, a path to one, 'prompt_lookup' or a hf_specdec Drafter, "
         f"got {type(drafter).__name__}."

@@ -154,6 +154,7 @@ class BoundHead(nn.Module):
         self.config = head.config
         self.embed_tokens = target.get_input_embeddings()
         self.target_head = target.get_output_embeddings() if head.kind == "eagle1" else None
+        self.target_dtype = target.dtype  # EAGLE-1 scores its states with the target's head, in its dtype
         self.vocab_size = target.config.get_text_config().vocab_size
         self.draft_ids = head.draft_ids()
 
@@ -187,7 +188,10 @@ class BoundHead(nn.Module):
             query, key, value, attn_mask=mask, enable_gqa=key.shape[1] != query.shape[1]
         )
         hidden = head.layer_output(attended, residual)  # [batch, seq, hidden]
-        scores = head.scores(hidden[:, -logits_to_keep:], self.target_head).float()
+        last = hidden[:, -logits_to_keep:]
+        if self.target_head is not None:
+            last = last.to(self.target_dtype)
+        scores = head.scores(last, self.target_head).float()
         if self.draft_ids is not None:
             logits = scores.new_full((*scores.shape[:2], self.vocab_size), float("-inf"))
             logits[..., self.draft_ids] = scores
@@ -202,8 +206,8 @@ class FeatureDrafter(Drafter):
     The first step of a call drafts nothing (there are no target states before the target's first
     forward); afterwards each step first feeds the head what the last verification confirmed, then drafts
     autoregressively from its own predicted states. Sampling, the confidence stop and draft policies
-    work as with `ModelDrafter`. Load one with `hf_specdec.eagle.load_feature_head(path)` or pass its
-    directory as `drafter=`.
+    work as with `ModelDrafter`. `hf_specdec.load_drafter(path)` returns one for a head directory; passing
+    the directory as `drafter=` does the same.
     """
 
     def __init__(self, head: FeatureHead):
