@@ -16,6 +16,7 @@ busy machine is idle again); timings taken on a busy machine are only as good as
 from __future__ import annotations
 
 import copy
+import logging
 import statistics
 import threading
 import time
@@ -27,6 +28,8 @@ import torch
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import DraftContext, Drafter
 from hf_specdec.policy import DraftPolicy, DraftSchedule
+
+logger = logging.getLogger(__name__)
 
 #: Tokens of context the timed forwards see; attention over it is a small share of a step.
 CONTEXT = 128
@@ -126,7 +129,7 @@ def _fastest_ms(run, repeats: int = REPEATS) -> float:
 @torch.no_grad()
 def measure(
     target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
-    loop_steps: bool = True,
+    loop_steps: bool = True, vocab_size: int | None = None,
 ) -> StepCosts:
     """Times target forwards of each width and the drafter's one-token step on scratch caches after
     CONTEXT random tokens (a warm-up of each first). The widths are timed in turns, REPEATS rounds, so a
@@ -175,7 +178,7 @@ def measure(
 
     draft()  # warm-up (and the drafter's own prefill)
     draft_ms = _fastest_ms(draft)
-    loop_ms = measure_loop_steps(target, drafter, batch_size, device, do_sample) if loop_steps else ()
+    loop_ms = measure_loop_steps(target, drafter, batch_size, device, do_sample, vocab_size) if loop_steps else ()
     return StepCosts(draft_ms=draft_ms, target_ms=target_ms, loop_ms=loop_ms)
 
 
@@ -198,41 +201,72 @@ class _ClockedPolicy(DraftPolicy):
     num_drafts: int = 0
     schedules: list = field(default_factory=list)
 
-    def start(self, target, drafter, batch_size, device, max_new_tokens=None, do_sample=False) -> DraftSchedule:
+    def start(self, target, drafter, batch_size, device, max_new_tokens=None, do_sample=False, vocab_size=None) -> DraftSchedule:
         schedule = _ClockedSchedule(self.num_drafts, batch_size, device)
         self.schedules.append(schedule)
         return schedule
 
 
-def measure_loop_steps(target, drafter: Drafter, batch_size: int, device: torch.device, do_sample: bool) -> dict[int, float]:
+class _Vetted(Drafter):
+    """A drafter the asking call already checked against the target with its own tokenizers: the scratch calls
+    use the vocabulary width that check agreed on instead of checking again without them (a padded head
+    passes only with `tokenizer=`)."""
+
+    def __init__(self, drafter: Drafter, vocab_size: int):
+        self.drafter, self.vocab_size = drafter, vocab_size
+
+    def start(self, target, batch_size: int, device: torch.device):
+        return self.drafter.start(target, batch_size, device)
+
+    def feature_layers(self, target) -> tuple[int, ...]:
+        return self.drafter.feature_layers(target)
+
+    def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
+        return self.vocab_size
+
+
+def measure_loop_steps(
+    target, drafter: Drafter, batch_size: int, device: torch.device, do_sample: bool, vocab_size: int | None = None
+) -> dict[int, float]:
     """{0: ms, 1: ms}: whole steps of the decoding loop (draft, verify, process, commit, roll back, the
     drafter's catch-up) with 0 and 1 drafts per row, each the time between consecutive verifications of a
     scratch generate() call over LOOP_CONTEXT random tokens per row (the median of its LOOP_STEPS steps; the
     fastest of LOOP_ROUNDS calls, taken in turns like the forwards, after one warm-up call with a draft).
     Random drafts are rejected, so every step scores 1 + drafts tokens and commits one, as a useless
-    drafter's would."""
+    drafter's would. `vocab_size`: the width the asking call's check agreed on (None: check here, without
+    tokenizers)."""
     from hf_specdec.dispatch import generate_with_drafter  # the loop itself, as a user's call runs it
 
+    if vocab_size is not None:
+        drafter = _Vetted(drafter, vocab_size)
     generator = torch.Generator().manual_seed(1)
     vocab = target.config.get_text_config().vocab_size
     input_ids = torch.randint(0, vocab, (batch_size, LOOP_CONTEXT), generator=generator).to(device)
+    # The target's own generation config (its processors, as a user's call gets them), one plain sampled or
+    # greedy sequence per row, no early stop.
     config = copy.deepcopy(target.generation_config)
-    config.update(max_new_tokens=LOOP_STEPS + 1, min_new_tokens=None, do_sample=do_sample, eos_token_id=None,
-                  stop_strings=None, return_dict_in_generate=False, output_scores=False, output_logits=False)
+    config.update(max_new_tokens=LOOP_STEPS + 1, min_new_tokens=None, max_length=None, do_sample=do_sample,
+                  num_beams=1, num_return_sequences=1, eos_token_id=None, stop_strings=None,
+                  return_dict_in_generate=False, output_scores=False, output_logits=False)
     rounds: dict[int, list[float]] = {0: [], 1: []}
-    for attempt in range(LOOP_ROUNDS + 1):  # the first call (one with drafts) warms up
-        for num_drafts, times in rounds.items():
-            if attempt == 0 and num_drafts == 0:
-                continue
-            policy = _ClockedPolicy(max_gamma=1, num_drafts=num_drafts)
-            generate_with_drafter(
-                target, drafter, input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config,
-                gamma=policy, generator=torch.Generator(device=device).manual_seed(attempt),
-            )
-            (schedule,) = policy.schedules
-            steps = [b - a for a, b in zip(schedule.times, schedule.times[1:])]
-            if attempt and steps:
-                times.append(statistics.median(steps) * 1e3)
+    try:
+        for attempt in range(LOOP_ROUNDS + 1):  # the first call (one with drafts) warms up
+            for num_drafts, times in rounds.items():
+                if attempt == 0 and num_drafts == 0:
+                    continue
+                policy = _ClockedPolicy(max_gamma=1, num_drafts=num_drafts)
+                generate_with_drafter(
+                    target, drafter, input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config,
+                    gamma=policy, generator=torch.Generator(device=device).manual_seed(attempt),
+                )
+                (schedule,) = policy.schedules
+                steps = [b - a for a, b in zip(schedule.times, schedule.times[1:])]
+                if attempt and steps:
+                    times.append(statistics.median(steps) * 1e3)
+    except Exception as error:  # a scratch call our own setup made invalid: never fail the user's valid call for it
+        logger.warning("hf_specdec: could not time loop steps (%s: %s); pricing drafts from timed forwards alone.",
+                       type(error).__name__, error)
+        return {}
     return {num_drafts: min(times) for num_drafts, times in rounds.items()}
 
 
@@ -268,16 +302,18 @@ def stored_costs(
 
 
 def step_costs(
-    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False
+    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
+    vocab_size: int | None = None,
 ) -> StepCosts:
-    """The stored StepCosts for this pair and setting, measured on first use (see the module doc)."""
+    """The stored StepCosts for this pair and setting, measured on first use (see the module doc). `vocab_size`:
+    the width the asking call's compatibility check agreed on (with its tokenizers), for the scratch calls."""
     identity = _cost_identity(drafter)
     key = _key(target, identity, batch_size, device, widths, do_sample)
     with _lock:  # one thread measures, the others wait for its numbers instead of timing a busy machine
         costs = _lookup(key, target, identity)
         if costs is not None:
             return costs
-        costs = measure(target, drafter, batch_size, device, widths, do_sample)
+        costs = measure(target, drafter, batch_size, device, widths, do_sample, vocab_size=vocab_size)
         try:
             identity_ref = weakref.ref(identity)
         except TypeError:

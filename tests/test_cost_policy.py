@@ -447,3 +447,31 @@ def test_calibration_times_whole_loop_steps_through_generate(target, partial_dra
     # A call with accepted drafts takes fewer steps; every call takes at most LOOP_STEPS + 1.
     steps = [sum(1 for call, _, _ in stats if call == c) for c in calls]
     assert all(1 < n <= calibration.LOOP_STEPS + 1 for n in steps)
+
+
+def test_a_model_whose_saved_config_beams_still_calibrates_its_loop_steps(partial_drafter):
+    # The user's call overrides num_beams; the scratch calls build their own config and must not inherit it.
+    model = tiny_models.llama(seed=0)
+    model.generation_config.num_beams = 4
+    costs = calibration.measure(model, hf_specdec.ModelDrafter(partial_drafter), 1, torch.device("cpu"), (1, 2))
+    assert [k for k, _ in costs.loop_ms] == [0, 1]
+    assert model.generation_config.num_beams == 4  # unchanged
+
+
+def test_when_loop_steps_cannot_be_timed_the_call_still_decodes_exactly(target, partial_drafter, monkeypatch, caplog):
+    # Only the scratch calls break (their clocked policy); the user's call warns, prices drafts from the timed
+    # forwards alone, and decodes plain generate()'s tokens.
+    def broken(*args, **kwargs):
+        raise RuntimeError("scratch call failed")
+
+    monkeypatch.setattr(calibration._ClockedPolicy, "start", broken)
+    calibration.reset_calibration()
+    input_ids, mask = tiny_models.prompts(2, seed=41)
+    kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=12)
+    with caplog.at_level("WARNING", logger="hf_specdec.calibration"):
+        out = target.generate(input_ids, drafter=partial_drafter, **kwargs)
+    assert "could not time loop steps" in caplog.text and "scratch call failed" in caplog.text
+    assert torch.equal(out, target.generate(input_ids, **kwargs))
+    stored = calibration.stored_costs(target, resolve_drafter(partial_drafter), 2, input_ids.device, CostAwareDraftPolicy().widths())
+    assert stored is not None and stored.loop_ms == ()
+    calibration.reset_calibration()
