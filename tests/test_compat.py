@@ -146,3 +146,43 @@ def test_right_padding_is_rejected(target):
 def test_drafter_of_the_wrong_type(target):
     with pytest.raises(TypeError, match="drafter must be"):
         target.generate(_ids(), max_new_tokens=3, drafter=42)
+
+
+def _tiny_bert(is_decoder: bool):
+    from transformers import BertConfig, BertLMHeadModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tiny_models.VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, is_decoder=is_decoder, **tiny_models.SPECIAL)
+    return tiny_models._finish(BertLMHeadModel(config))
+
+
+def test_a_bert_built_as_an_encoder_is_refused_as_target_and_as_drafter(target):
+    # BertConfig's default is_decoder=False: bidirectional attention, which a verification forward cannot match.
+    encoder = _tiny_bert(is_decoder=False)
+    assert "is_decoder=True" in _raises(errors.UnsupportedModelError, encoder, _tiny_bert(is_decoder=True))
+    assert "is_decoder=True" in _raises(errors.UnsupportedModelError, target, encoder)
+
+
+def test_a_wrapped_bert_forward_in_a_padded_batch_is_exact_or_refused():
+    """generate() passes position_ids only when `model.forward`'s signature names them; a wrapper that hides
+    them makes plain decoding count padding into BERT's positions (its embeddings then count from the cache
+    length), which hf_specdec's per-row positions do not. Whatever decides wrapped models must keep this
+    exact or refused before decoding."""
+    bert = _tiny_bert(is_decoder=True)
+    ids, mask = tiny_models.prompts(3, seed=0)
+    unwrapped = bert.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8)
+    original = bert.forward
+    bert.forward = lambda *args, **kwargs: original(*args, **kwargs)
+    plain = bert.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8)
+    assert not torch.equal(plain, unwrapped), "premise: the wrapper changes plain generate()'s positions"
+    forwards = []
+    hook = bert.register_forward_hook(lambda *a: forwards.append(1))
+    try:
+        spec = bert.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8, drafter=_tiny_bert(True), gamma=3)
+    except errors.UnsupportedModelError:
+        assert not forwards, "refused after the target ran"
+    else:
+        assert torch.equal(spec, plain)
+    finally:
+        hook.remove()
