@@ -5,8 +5,8 @@ seed)` returns that type's causal-LM class (the one the mapping names) in eval m
 roughly 60k-4M parameters: 2 layers (more only where a hybrid needs one of each
 layer type), hidden 64, 4 heads, vocab 96, >= 256 positions, sliding windows of 8, pad/bos/eos = 0/1/2
 in config and generation_config, and a sharpened LM head. The same (model_type, seed) gives the same
-weights. A type that cannot be built small raises `Unbuildable(reason)`: a skip is always recorded,
-never silent.
+weights; `build(..., is_decoder=False)` builds a type whose config has that flag as an encoder. A type
+that cannot be built small raises `Unbuildable(reason)`: a skip is always recorded, never silent.
 
 How: the config class's own defaults, with the size fields it declares (any of `SIZES`, also inside
 nested sub-configs such as text_config / vision_config) replaced by small values; per-layer lists

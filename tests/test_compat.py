@@ -148,13 +148,16 @@ def test_drafter_of_the_wrong_type(target):
         target.generate(_ids(), max_new_tokens=3, drafter=42)
 
 
-def _tiny_bert(is_decoder: bool):
-    from transformers import BertConfig, BertLMHeadModel
+def _tiny_bert(is_decoder: bool, family: str = "Bert"):
+    import transformers
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=tiny_models.VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, is_decoder=is_decoder, **tiny_models.SPECIAL)
-    return tiny_models._finish(BertLMHeadModel(config))
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=tiny_models.VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, is_decoder=is_decoder, **tiny_models.SPECIAL,
+    )
+    head = {"Bert": "BertLMHeadModel", "Roberta": "RobertaForCausalLM"}[family]
+    return tiny_models._finish(getattr(transformers, head)(config))
 
 
 def test_a_bert_built_as_an_encoder_is_refused_as_target_and_as_drafter(target):
@@ -162,24 +165,29 @@ def test_a_bert_built_as_an_encoder_is_refused_as_target_and_as_drafter(target):
     encoder = _tiny_bert(is_decoder=False)
     assert "is_decoder=True" in _raises(errors.UnsupportedModelError, encoder, _tiny_bert(is_decoder=True))
     assert "is_decoder=True" in _raises(errors.UnsupportedModelError, target, encoder)
+    switched = _tiny_bert(is_decoder=True)
+    switched.config.is_decoder = False  # after building: its masks read the flag at every call
+    assert "is_decoder=True" in _raises(errors.UnsupportedModelError, switched, _tiny_bert(is_decoder=True))
 
 
-def test_a_wrapped_bert_forward_in_a_padded_batch_is_exact_or_refused():
-    """generate() passes position_ids only when `model.forward`'s signature names them; a wrapper that hides
-    them makes plain decoding count padding into BERT's positions (its embeddings then count from the cache
-    length), which hf_specdec's per-row positions do not. Whatever decides wrapped models must keep this
-    exact or refused before decoding."""
-    bert = _tiny_bert(is_decoder=True)
-    ids, mask = tiny_models.prompts(3, seed=0)
-    unwrapped = bert.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8)
-    original = bert.forward
-    bert.forward = lambda *args, **kwargs: original(*args, **kwargs)
-    plain = bert.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8)
+@pytest.mark.parametrize("family, batch", [("Bert", 3), ("Roberta", 1)])
+def test_a_forward_wrapper_that_hides_position_ids_is_exact_or_refused(family, batch):
+    """generate() passes position_ids only when `model.forward`'s signature names them. Behind a wrapper
+    that hides them, plain decoding lets the model place tokens itself: BERT counts padding (positions from
+    the cache length), RoBERTa starts at padding_idx + 1 even alone; hf_specdec's loop passes per-row
+    positions from 0. Whatever decides wrapped models (issue 26, part 1) must keep this exact or refused."""
+    model = _tiny_bert(is_decoder=True, family=family)
+    ids, mask = tiny_models.prompts(batch, seed=0)
+    kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=16)
+    unwrapped = model.generate(ids, **kwargs)
+    original = model.forward
+    model.forward = lambda *args, **kw: original(*args, **kw)
+    plain = model.generate(ids, **kwargs)
     assert not torch.equal(plain, unwrapped), "premise: the wrapper changes plain generate()'s positions"
     forwards = []
-    hook = bert.register_forward_hook(lambda *a: forwards.append(1))
+    hook = model.register_forward_hook(lambda *a: forwards.append(1))
     try:
-        spec = bert.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8, drafter=_tiny_bert(True), gamma=3)
+        spec = model.generate(ids, drafter=_tiny_bert(is_decoder=True, family=family), gamma=3, **kwargs)
     except errors.UnsupportedModelError:
         assert not forwards, "refused after the target ran"
     else:
