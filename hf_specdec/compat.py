@@ -239,10 +239,27 @@ def _has_positional_weights(model: PreTrainedModel) -> bool:
     return False
 
 
+def _built_as_encoder(model: PreTrainedModel) -> bool:
+    """Whether a BERT-style model is configured or built as an encoder (`is_decoder=False`, the default of
+    BERT-like configs and of encoder checkpoints): its decoder's layers copy `config.is_decoder` when built
+    and its masks read it at every call, and either way False means bidirectional attention. Configs that
+    declare `is_decoder` but never read it (GPT-NeoX) have no layer that copies it; their forward stays
+    causal. Encoders beside the decoder (an audio tower) may attend both ways: only the decoder is asked."""
+    if any(getattr(module, "is_decoder", None) is False for module in model.get_decoder().modules()):
+        return True
+    if getattr(model.config, "is_decoder", None) is not False:
+        return False
+    try:
+        return "is_decoder" in inspect.getsource(type(model).__init__)  # it warns or asserts on the flag
+    except (OSError, TypeError):
+        return False
+
+
 def check_model_interface(model: PreTrainedModel, role: str = "target") -> None:
     """Refuses models whose forward the loop cannot drive exactly, asking their forward signatures and
     config: it must keep its state in `past_key_values` (the loop feeds only uncached tokens and rolls
-    the cache back) and honour `attention_mask` (padding and rejected drafts are masked columns)."""
+    the cache back), honour `attention_mask` (padding and rejected drafts are masked columns) and attend
+    causally (a verification forward feeds several tokens at once)."""
     name = type(model).__name__
     if "past_key_values" not in forward_parameters(model):
         raise UnsupportedModelError(
@@ -256,6 +273,13 @@ def check_model_interface(model: PreTrainedModel, role: str = "target") -> None:
         raise UnsupportedModelError(
             f"{name}'s {type(inner).__name__} takes no attention_mask, so the padding and rejected drafts the "
             f"loop masks would be attended to; decode it without drafter= (or use another {role})."
+        )
+    if _built_as_encoder(model):
+        raise UnsupportedModelError(
+            f"{name} is built as an encoder (config.is_decoder=False): it attends bidirectionally, so in a "
+            "verification forward every token would see the drafts after it, while plain generate() feeds one "
+            "token at a time. If it is a causal decoder, load it with is_decoder=True (transformers warns the "
+            f"same); otherwise decode it without drafter= (or use another {role})."
         )
     if getattr(model.config, "ngram", None):
         raise UnsupportedModelError(

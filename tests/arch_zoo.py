@@ -5,8 +5,8 @@ seed)` returns that type's causal-LM class (the one the mapping names) in eval m
 roughly 60k-4M parameters: 2 layers (more only where a hybrid needs one of each
 layer type), hidden 64, 4 heads, vocab 96, >= 256 positions, sliding windows of 8, pad/bos/eos = 0/1/2
 in config and generation_config, and a sharpened LM head. The same (model_type, seed) gives the same
-weights. A type that cannot be built small raises `Unbuildable(reason)`: a skip is always recorded,
-never silent.
+weights; `build(..., is_decoder=False)` builds a type whose config has that flag as an encoder. A type
+that cannot be built small raises `Unbuildable(reason)`: a skip is always recorded, never silent.
 
 How: the config class's own defaults, with the size fields it declares (any of `SIZES`, also inside
 nested sub-configs such as text_config / vision_config) replaced by small values; per-layer lists
@@ -357,15 +357,33 @@ def _sharpen_heads(model: torch.nn.Module) -> None:
             head.weight.mul_(8.0)
 
 
-def build(model_type: str, seed: int = 0) -> torch.nn.Module:
-    """The tiny seeded model of `model_type`, eval mode, float32, sharpened head; raises Unbuildable."""
+def declares_is_decoder(model_type: str) -> bool:
+    """Whether the type's config has an `is_decoder` flag (BERT-like configs default it to False, the way
+    encoder checkpoints load): the sweep builds such types a second time with the flag off."""
+    try:
+        return getattr(config(model_type), "is_decoder", None) is not None
+    except Unbuildable:
+        return False
+
+
+def build(model_type: str, seed: int = 0, is_decoder: bool = True) -> torch.nn.Module:
+    """The tiny seeded model of `model_type`, eval mode, float32, sharpened head; raises Unbuildable.
+    `is_decoder=False` builds a type whose config declares the flag as an encoder (bidirectional)."""
     cfg = config(model_type)
+    if not is_decoder:
+        if getattr(cfg, "is_decoder", None) is None:
+            raise Unbuildable(f"{type(cfg).__name__} has no is_decoder flag")
+        cfg.is_decoder = False
     torch.manual_seed(seed)
     try:
         model = model_class(model_type)(cfg)
     except ImportError as error:  # an optional backend (timm, ...) that is not installed
         first = str(error).strip().splitlines()[0].split(". ")[0]
         raise Unbuildable(f"needs a package that is not installed (no downloads here): {first}")
+    except (AssertionError, ValueError) as error:
+        if is_decoder:
+            raise
+        raise Unbuildable(f"{model_class(model_type).__name__} cannot be built with is_decoder=False: {error}")
     model = model.float()
     if model_type in POST_BUILD:
         POST_BUILD[model_type](model)

@@ -2,7 +2,8 @@
 tokens than plain generate(), never an error after the first forward.
 
 Each type's tiny seeded model (tests/arch_zoo.py) runs the sweep's cases (tests/arch_sweep.py: alone,
-left-padded batches, a ragged batch, past the window for sliding-window models). The common families
+left-padded batches, a ragged batch, past the window for sliding-window models; BERT-like types also
+built as encoders), each against plain generate() on the same batch. The common families
 below run in the default suite with the class they must keep (a model that stops being exact fails
 too); the whole sweep runs with `make test-sweep` (`pytest -m sweep`, about two minutes).
 """
@@ -43,7 +44,14 @@ def test_common_families_are_exact_or_refused_before_decoding(model_type):
     _check(model_type, FAST[model_type])
 
 
+def test_bert_built_as_an_encoder_is_refused_before_decoding():
+    """BertConfig's default is_decoder=False makes BertLMHeadModel attend bidirectionally: a verification
+    forward would let each token see the drafts after it (it gave other tokens than plain generate() in a
+    padded batch before hf_specdec refused it)."""
+    _check("bert" + arch_sweep.ENCODER, "refused")
+
+
 @pytest.mark.sweep
-@pytest.mark.parametrize("model_type", [t for t in arch_zoo.MODEL_TYPES if t not in FAST])
+@pytest.mark.parametrize("model_type", [t for t in arch_sweep.sweep_names(arch_zoo.MODEL_TYPES) if t not in FAST])
 def test_every_causal_lm_type_is_exact_or_refused_before_decoding(model_type):
     _check(model_type)

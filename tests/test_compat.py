@@ -198,3 +198,51 @@ def test_a_torch_compiled_forward_decodes_like_plain_generate(compiled):
     model.forward = torch.compile(model.forward, backend="eager")  # as transformers' docs suggest, without a C compiler
     out = target.generate(input_ids, attention_mask=mask, drafter=drafter, gamma=3, **GREEDY)
     assert torch.equal(out, expected)
+
+
+def _tiny_bert(is_decoder: bool, family: str = "Bert"):
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=tiny_models.VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, is_decoder=is_decoder, **tiny_models.SPECIAL,
+    )
+    head = {"Bert": "BertLMHeadModel", "Roberta": "RobertaForCausalLM"}[family]
+    return tiny_models._finish(getattr(transformers, head)(config))
+
+
+def test_a_bert_built_as_an_encoder_is_refused_as_target_and_as_drafter(target):
+    # BertConfig's default is_decoder=False: bidirectional attention, which a verification forward cannot match.
+    encoder = _tiny_bert(is_decoder=False)
+    assert "is_decoder=True" in _raises(errors.UnsupportedModelError, encoder, _tiny_bert(is_decoder=True))
+    assert "is_decoder=True" in _raises(errors.UnsupportedModelError, target, encoder)
+    switched = _tiny_bert(is_decoder=True)
+    switched.config.is_decoder = False  # after building: its masks read the flag at every call
+    assert "is_decoder=True" in _raises(errors.UnsupportedModelError, switched, _tiny_bert(is_decoder=True))
+
+
+@pytest.mark.parametrize("family, batch", [("Bert", 3), ("Roberta", 1)])
+def test_a_forward_wrapper_that_hides_position_ids_is_exact_or_refused(family, batch):
+    """generate() passes position_ids only when `model.forward`'s signature names them. Behind a wrapper
+    that hides them, plain decoding lets the model place tokens itself: BERT counts padding (positions from
+    the cache length), RoBERTa starts at padding_idx + 1 even alone; hf_specdec's loop passes per-row
+    positions from 0. Whatever decides wrapped models (issue 26, part 1) must keep this exact or refused."""
+    model = _tiny_bert(is_decoder=True, family=family)
+    ids, mask = tiny_models.prompts(batch, seed=0)
+    kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=16)
+    unwrapped = model.generate(ids, **kwargs)
+    original = model.forward
+    model.forward = lambda *args, **kw: original(*args, **kw)
+    plain = model.generate(ids, **kwargs)
+    assert not torch.equal(plain, unwrapped), "premise: the wrapper changes plain generate()'s positions"
+    forwards = []
+    hook = model.register_forward_hook(lambda *a: forwards.append(1))
+    try:
+        spec = model.generate(ids, drafter=_tiny_bert(is_decoder=True, family=family), gamma=3, **kwargs)
+    except errors.UnsupportedModelError:
+        assert not forwards, "refused after the target ran"
+    else:
+        assert torch.equal(spec, plain)
+    finally:
+        hook.remove()
