@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
-from hf_specdec.compat import forward_parameters
+from hf_specdec.compat import feeds_positions, forward_parameters
 from hf_specdec.errors import UnsupportedModelError
 
 #: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
@@ -156,6 +156,10 @@ class CachedModel:
         self.positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # [batch, width]
         self.num_cached = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch] tokens fed and kept
         self._logits_to_keep = "logits_to_keep" in forward_parameters(model)
+        # As plain generate() places the model's tokens (compat.feeds_positions): a wrapper that hides position_ids
+        # from generate() makes a model with position embeddings place them itself. A drafter's positions
+        # change only its drafts, never the output.
+        self._positions = feeds_positions(model) or vocab_subset is not None
         self.num_forwards = 0
         # A reduced head (FR-Spec): logits only for `vocab_subset`, -inf elsewhere.
         self.vocab_subset = None
@@ -207,10 +211,11 @@ class CachedModel:
         inputs = {
             "input_ids": chunk.to(self.model_device),
             "attention_mask": attention_mask,
-            "position_ids": positions.to(self.model_device),
             "past_key_values": self.cache,
             "use_cache": True,
         }
+        if self._positions:
+            inputs["position_ids"] = positions.to(self.model_device)
         for name, values in (column_inputs or {}).items():
             gathered = values.gather(1, index.clamp_min(0).reshape(*index.shape, *[1] * (values.dim() - 2))
                                      .expand(-1, -1, *values.shape[2:]))

@@ -228,15 +228,40 @@ def forward_parameters(module: torch.nn.Module) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(forward).parameters)
 
 
+def feeds_positions(model: torch.nn.Module) -> bool:
+    """Whether the loop feeds `model` position_ids, matching what plain generate() makes of it. generate()
+    passes them only when the *instance's* forward signature names them (transformers 5.x), so behind a
+    wrapper that hides them (`lambda *a, **k: ...`) the model places tokens itself, counting from its cache
+    (padding included) or from its input_ids. Fed anyway when the class takes them and its positions are
+    rotary only: generate()'s own then shift each row's by a constant, which rotary attention does not see.
+    Otherwise the loop leaves them out too (exact alone; `check_target` refuses batches)."""
+    if "position_ids" in inspect.signature(model.forward).parameters:
+        return True
+    return "position_ids" in forward_parameters(model) and not _has_absolute_positions(model)
+
+
+def _position_kinds(model: PreTrainedModel) -> set[str]:
+    """How the model encodes positions itself: "rotary" and/or "absolute" (learned or sinusoidal position
+    embeddings), by its modules' class and attribute names; empty for ALiBi and position-free models."""
+    kinds = set()
+    for name, module in model.named_modules():
+        kind, attribute = type(module).__name__.lower(), name.rsplit(".", 1)[-1].lower()
+        if "rotary" in kind or "rope" in kind:
+            kinds.add("rotary")
+        elif "position" in kind or "sinusoidal" in kind or any(w in attribute for w in ("position", "wpe", "pos_emb")):
+            kinds.add("absolute")
+    return kinds
+
+
+def _has_absolute_positions(model: PreTrainedModel) -> bool:
+    """Whether the model adds position embeddings of its own (learned, sinusoidal), not rotary ones only."""
+    return "absolute" in _position_kinds(model)
+
+
 def _has_positional_weights(model: PreTrainedModel) -> bool:
     """Whether the model encodes positions itself (position embeddings, sinusoids, rotary): what a model
     that takes no position_ids must then derive from its cache. ALiBi and position-free models have none."""
-    for name, module in model.named_modules():
-        if any(word in type(module).__name__.lower() for word in ("position", "rotary", "sinusoidal")):
-            return True
-        if any(word in name.rsplit(".", 1)[-1].lower() for word in ("position", "wpe", "pos_emb")):
-            return True
-    return False
+    return bool(_position_kinds(model))
 
 
 def _built_as_encoder(model: PreTrainedModel) -> bool:
@@ -304,10 +329,12 @@ def check_target(model: PreTrainedModel, batch_size: int) -> None:
         return
     name = type(model).__name__
     parameters = forward_parameters(model)
-    if "position_ids" not in parameters and _has_positional_weights(model):
+    if not feeds_positions(model) and _has_positional_weights(model):
+        hidden = " (its forward is wrapped in one whose signature hides them from generate())" if "position_ids" in parameters else ""
         raise UnsupportedModelError(
-            f"{name} takes no position_ids and derives positions from its cache length, which masked cache "
-            f"columns would shift in a batch of {batch_size}; generate one prompt at a time with drafter=."
+            f"{name} takes no position_ids{hidden} and derives positions from its cache length, which masked cache "
+            f"columns would shift in a batch of {batch_size}; generate one prompt at a time with drafter="
+            + (", or wrap forward with functools.wraps so generate() sees its parameters." if hidden else ".")
         )
     config = model.config
     if "pixel_values" in parameters and not any(getattr(config, field, None) is not None for field in IMAGE_PLACEHOLDERS):
