@@ -138,6 +138,7 @@ class CachedModel:
         device: torch.device,
         cache: DynamicCache | None = None,
         vocab_subset: torch.Tensor | None = None,
+        position_masks: bool = False,
     ):
         self.model = model
         self.device = device  # where the loop's tensors live; the model may sit elsewhere
@@ -152,6 +153,13 @@ class CachedModel:
                 "attn_implementation='sdpa' (or 'eager')."
             )
         self.cache = _new_cache(model, self.layout)
+        self._mask_dtype = model.dtype  # read once: PreTrainedModel.dtype walks the parameters
+        # 4D masks built here (in positions) instead of a 2D mask transformers turns into one: required for
+        # windowed layers; for others a speed choice (`calibration.prefers_position_masks`), honoured only where
+        # the attention takes 4D masks as given.
+        self.position_masks = self.layout.windowed or (
+            position_masks and model.config._attn_implementation in ("eager", "sdpa")
+        )
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [batch, width] live columns
         self.positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # [batch, width]
         self.num_cached = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch] tokens fed and kept
@@ -204,7 +212,7 @@ class CachedModel:
         self.valid = torch.cat([self.valid, chunk_valid], dim=1)  # [batch, width_total]
         self.positions = torch.cat([self.positions, positions], dim=1)
         self.num_cached = self.num_cached + chunk_valid.sum(dim=1)
-        if self.layout.windowed:
+        if self.position_masks:
             attention_mask = self._position_masks(chunk_valid, positions)
         else:
             attention_mask = self.valid.long().to(self.model_device)
@@ -248,9 +256,12 @@ class CachedModel:
         keys, queries = self.positions[:, None, :], query_positions[:, :, None]  # [batch, 1, total], [batch, chunk, 1]
         causal = self.valid[:, None, :] & (keys <= queries)  # [batch, chunk, total]
         # A padding query sees only itself: a fully masked row would make a NaN that reaches the values.
-        itself = torch.zeros_like(causal)
-        itself[:, :, -chunk_valid.shape[1] :] = torch.diag_embed(~chunk_valid)
-        dtype = self.model.dtype
+        itself = None
+        if not bool(chunk_valid.all()):
+            itself = torch.zeros_like(causal)
+            itself[:, :, -chunk_valid.shape[1] :] = torch.diag_embed(~chunk_valid)
+        dtype = self._mask_dtype
+        hidden = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=self.model_device)
         masks = {}
         for layer_type, window in self.layout.windows.items():
             visible = causal
@@ -258,8 +269,9 @@ class CachedModel:
                 visible = causal & (keys > queries - window[1])
             elif window is not None:
                 visible = causal & (keys // window[1] == queries // window[1])
-            additive = torch.zeros(visible.shape, dtype=dtype, device=self.model_device)
-            additive.masked_fill_(~(visible | itself).to(self.model_device), torch.finfo(dtype).min)
+            if itself is not None:
+                visible = visible | itself
+            additive = torch.where(visible.to(self.model_device), torch.zeros((), dtype=dtype, device=self.model_device), hidden)
             masks[layer_type] = additive[:, None]
         if self.layout.by_type:
             return masks

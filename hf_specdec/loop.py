@@ -13,7 +13,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from hf_specdec import compat
+from hf_specdec import calibration, compat
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter
 from hf_specdec.policy import DraftPolicy
@@ -100,7 +100,8 @@ def speculative_decode(
     scores_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_scores else None
     logits_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_logits else None
 
-    target = CachedModel(model, batch, device, cache=model_kwargs.get("past_key_values"))
+    masks = calibration.prefers_position_masks(model, batch, device)  # measured once per setting
+    target = CachedModel(model, batch, device, cache=model_kwargs.get("past_key_values"), position_masks=masks)
     session = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
     feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
     step_stats = SpeculativeStats.empty(batch, max_gamma)

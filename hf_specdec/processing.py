@@ -72,8 +72,8 @@ def process_scores(
     rows: torch.Tensor,  # [batch] bool, rows to process; the others come back as zeros
 ) -> torch.Tensor:
     """Returns the processed scores, [batch, vocab]; unselected rows are 0 (finite, never sampled)."""
-    if not processors:
-        return torch.where(rows[:, None], scores, 0.0)
+    if not processors:  # greedy with no processors: the logits themselves (every caller only reads them)
+        return scores if bool(rows.all()) else torch.where(rows[:, None], scores, 0.0)
     length = _common_length(lengths, rows)
     if length is not None:  # a copy: processors may write into their scores, the caller keeps the logits
         return processors(sequences[:, :length], scores.clone())

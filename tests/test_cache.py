@@ -1,5 +1,6 @@
 """CachedModel: ragged feeding, rollback and compaction give the logits of a fresh forward."""
 
+import pytest
 import torch
 
 import tiny_models
@@ -12,7 +13,10 @@ def fresh_logits(model, tokens: list[int]) -> torch.Tensor:
         return model(torch.tensor([tokens])).logits[0, -1].float()
 
 
-def test_rollback_then_next_logits_equal_a_fresh_forward(target):
+@pytest.mark.parametrize("position_masks", [False, True])
+def test_rollback_then_next_logits_equal_a_fresh_forward(target, position_masks):
+    # With a 2D mask (transformers builds the 4D one) and with 4D masks built in positions (a speed choice in
+    # half precision, calibration.prefers_position_masks): the same logits, holes and padding included.
     gen = torch.Generator().manual_seed(0)
     rows = [torch.randint(3, 96, (n,), generator=gen).tolist() for n in (9, 5, 7)]
     width = 40
@@ -21,7 +25,8 @@ def test_rollback_then_next_logits_equal_a_fresh_forward(target):
     for b, row in enumerate(rows):
         sequences[b, pad[b] : pad[b] + len(row)] = torch.tensor(row)
     lens = pad + torch.tensor([len(r) for r in rows])
-    state = CachedModel(target, 3, torch.device("cpu"))
+    state = CachedModel(target, 3, torch.device("cpu"), position_masks=position_masks)
+    assert state.position_masks == position_masks
     state.forward(sequences, pad, lens, 1)
 
     for step in range(6):

@@ -475,3 +475,28 @@ def test_when_loop_steps_cannot_be_timed_the_call_still_decodes_exactly(target, 
     stored = calibration.stored_costs(target, resolve_drafter(partial_drafter), 2, input_ids.device, CostAwareDraftPolicy().widths())
     assert stored is not None and stored.loop_ms == ()
     calibration.reset_calibration()
+
+
+def test_position_masks_are_a_measured_choice_in_half_precision_only(partial_drafter, monkeypatch):
+    # Float32 keeps generate()'s own masks without timing anything; half precision times both styles once per
+    # setting (target, device, dtype, batch size, threads) and keeps the answer.
+    timed = []
+    monkeypatch.setattr(calibration, "_time_mask_styles", lambda target, batch, device: timed.append(batch) or True)
+    calibration.reset_calibration()
+    fp32 = tiny_models.llama(seed=0)
+    assert calibration.prefers_position_masks(fp32, 2, torch.device("cpu")) is False and timed == []
+    half = tiny_models.llama(seed=0).to(torch.bfloat16)
+    assert calibration.prefers_position_masks(half, 2, torch.device("cpu")) is True
+    assert calibration.prefers_position_masks(half, 2, torch.device("cpu")) is True
+    assert calibration.prefers_position_masks(half, 1, torch.device("cpu")) is True
+    assert timed == [2, 1]
+    calibration.reset_calibration()
+
+
+def test_the_mask_timing_compares_both_styles(monkeypatch):
+    # 4D masks win only at <= 97 % of the 2D time: readings in turns (2D w1, 2D w2, 4D w1, 4D w2) x 5 rounds.
+    half = tiny_models.llama(seed=0).to(torch.bfloat16)
+    for two_d, four_d, expected in ((10.0, 9.6, True), (10.0, 9.8, False)):
+        readings = iter([two_d, two_d, four_d, four_d] * calibration.REPEATS)
+        monkeypatch.setattr(calibration, "_time_ms", lambda run: run() or next(readings))
+        assert calibration._time_mask_styles(half, 1, torch.device("cpu")) is expected
