@@ -4,7 +4,7 @@ Contract: a processor or criterion sees, for each row, exactly the `input_ids` t
 plain generate() at that point (left-padded prompt + its tokens so far); rows that are at the same
 length are processed in one call, so a batch costs one call per distinct length, and processors that
 read only the scores (temperature, top-k, top-p, ...) take the whole batch in one call whatever the
-lengths.
+lengths; so do the stopping criteria generate() builds from max_length and eos_token_id.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import copy
 
 import torch
 from transformers import LogitsProcessorList, StoppingCriteriaList
-from transformers.generation import logits_process
+from transformers.generation import logits_process, stopping_criteria
 
 #: transformers' processors that read only the scores, never the tokens so far (exact classes: a subclass
 #: may read them): rows of different lengths go through them in one call, as generate() calls them.
@@ -23,6 +23,18 @@ CONTEXT_FREE = tuple(
                  "TypicalLogitsWarper", "EpsilonLogitsWarper", "EtaLogitsWarper")
     if hasattr(logits_process, name)
 )
+
+
+def _row_verdict(criterion, sequences: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor | None:
+    """[batch] bool for criteria whose verdict on a row reads only its length and its last token (exact classes:
+    transformers' MaxLengthCriteria and EosTokenCriteria, as generate() builds them), for rows of different
+    lengths at once; None for any other criterion."""
+    if type(criterion) is stopping_criteria.MaxLengthCriteria:
+        return lengths >= criterion.max_length
+    if type(criterion) is stopping_criteria.EosTokenCriteria:
+        last = sequences.gather(1, (lengths - 1).clamp_min(0)[:, None]).squeeze(1)  # [batch]
+        return torch.isin(last, criterion.eos_token_id.to(last.device))
+    return None
 
 
 def _groups(lengths: torch.Tensor, rows: torch.Tensor):
@@ -95,6 +107,9 @@ def check_stopping(
     length = _common_length(lengths, rows)
     if length is not None:
         return criteria(sequences[:, :length], None).to(rows.device)
+    verdicts = [_row_verdict(criterion, sequences, lengths) for criterion in criteria]
+    if all(verdict is not None for verdict in verdicts):  # max length and EOS: one pass over ragged rows
+        return torch.stack(verdicts).any(dim=0).to(rows.device) & rows
     done = torch.zeros_like(rows)
     for length, index in _groups(lengths, rows):
         done[index] = criteria(sequences[index, :length], None).to(done.device)

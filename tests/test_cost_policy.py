@@ -432,7 +432,7 @@ def test_calibration_times_whole_loop_steps_through_generate(target, partial_dra
     original = calibration._ClockedSchedule.update
 
     def counting(self, active, num_drafted, num_accepted):
-        stats.append((id(self), int(num_drafted.max()), int(active.sum())))
+        stats.append((self, int(num_drafted.max()), int(active.sum())))  # the schedule itself: ids get reused
         return original(self, active, num_drafted, num_accepted)
 
     with pytest.MonkeyPatch.context() as patch:

@@ -52,3 +52,34 @@ def test_processors_that_read_the_tokens_go_length_by_length():
     # Negative control: all rows processed at the longest length penalize tokens row 0 has not produced yet.
     wrong = processors(sequences[:, :9], scores.clone())
     assert not torch.equal(out[0], wrong[0])
+
+
+def test_max_length_and_eos_criteria_check_ragged_rows_in_one_pass_as_length_by_length():
+    from transformers import EosTokenCriteria, MaxLengthCriteria, StoppingCriteria, StoppingCriteriaList
+
+    from hf_specdec import processing
+
+    gen = torch.Generator().manual_seed(3)
+    sequences = torch.randint(0, 20, (6, 14), generator=gen)
+    lengths = torch.tensor([9, 14, 11, 9, 12, 13])
+    sequences[0, 8] = 7  # row 0 ends with EOS 7; row 1 reaches max_length 14; row 3 has EOS before its end only
+    sequences[3, 5] = 7
+    sequences[3, 8] = 2
+    rows = torch.tensor([True, True, True, True, False, True])
+    criteria = StoppingCriteriaList([MaxLengthCriteria(max_length=14), EosTokenCriteria(eos_token_id=[7, 19])])
+    calls = []
+
+    class Counting(StoppingCriteria):  # a criterion of another class: length by length, as before
+        def __call__(self, input_ids, scores, **kwargs):
+            calls.append(input_ids.shape[1])
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+    expected = torch.zeros(6, dtype=torch.bool)
+    for b in range(6):  # the oracle: each selected row alone, at its own length
+        if rows[b]:
+            expected[b] = bool(criteria(sequences[b : b + 1, : lengths[b]], None)[0])
+    assert expected.tolist() == [True, True, bool(sequences[2, 10] in (7, 19)), False, False, bool(sequences[5, 12] in (7, 19))]
+    assert torch.equal(processing.check_stopping(criteria, sequences, lengths, rows), expected)
+    mixed = StoppingCriteriaList([*criteria, Counting()])
+    assert torch.equal(processing.check_stopping(mixed, sequences, lengths, rows), expected)
+    assert sorted(calls) == [9, 11, 13, 14]  # one call per distinct selected length
