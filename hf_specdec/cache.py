@@ -18,6 +18,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
+from hf_specdec import tree as trees
 from hf_specdec.errors import UnsupportedModelError
 
 #: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
@@ -160,6 +161,7 @@ class CachedModel:
         self.num_cached = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch] tokens fed and kept
         self._logits_to_keep = _accepts(model, "logits_to_keep")
         self.num_forwards = 0
+        self._tree = None  # (first cache column of the drafted nodes, nodes) while a tree awaits `keep_paths`
         # A reduced head (FR-Spec): logits only for `vocab_subset`, -inf elsewhere.
         self.vocab_subset = None
         if vocab_subset is not None:
@@ -189,6 +191,7 @@ class CachedModel:
         feed different numbers of tokens. Chunk columns outside a row's range (before its first uncached
         token, or from `ends[b]` on) are masked and become invalid cache columns; their logits are junk.
         """
+        self._no_pending_tree()
         anchors = ends if anchors is None else anchors
         start = pad_lens + self.num_cached  # [batch] first uncached index per row
         width = max(int((anchors - start).max()), num_logits)
@@ -220,6 +223,16 @@ class CachedModel:
             inputs[name] = gathered.to(self.model_device)  # [batch, width, ...]
         if feature_layers:
             inputs["output_hidden_states"] = True
+        logits, outputs = self._run(inputs, num_logits)
+        features = None
+        if feature_layers:
+            hidden = torch.cat([outputs.hidden_states[layer] for layer in feature_layers], dim=-1)
+            features = TargetFeatures(hidden=hidden.to(self.device), index=index, positions=positions, fed=chunk_valid)
+        return logits, features
+
+    def _run(self, inputs: dict, num_logits: int):
+        """One forward of the model on prepared inputs: (logits of the last `num_logits` chunk columns,
+        [batch, n, vocab] float32 on the loop's device; the model's outputs)."""
         self.num_forwards += 1
         if self.vocab_subset is not None:
             outputs = self.model.base_model(**inputs)
@@ -232,19 +245,16 @@ class CachedModel:
                 inputs["logits_to_keep"] = num_logits
             outputs = self.model(**inputs)
             logits = outputs.logits[:, -num_logits:]
-        features = None
-        if feature_layers:
-            hidden = torch.cat([outputs.hidden_states[layer] for layer in feature_layers], dim=-1)
-            features = TargetFeatures(hidden=hidden.to(self.device), index=index, positions=positions, fed=chunk_valid)
-        return logits.to(device=self.device, dtype=torch.float32), features
+        return logits.to(device=self.device, dtype=torch.float32), outputs
 
-    def _position_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor):
+    def _position_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor, visible: torch.Tensor | None = None):
         """Additive [batch, 1, chunk, width_total] masks in the model's dtype, one per layer type (a dict) or
         one for all layers: a query sees a key when the key is live, not after the query, and inside the
         query's window, all counted in token positions (transformers counts cache slots, which equal
-        positions in plain generate(), where rows have no holes)."""
+        positions in plain generate(), where rows have no holes). `visible` [batch, chunk, width_total]
+        replaces "live and not after the query" (a tree: see `hf_specdec.tree.visible_keys`)."""
         keys, queries = self.positions[:, None, :], query_positions[:, :, None]  # [batch, 1, total], [batch, chunk, 1]
-        causal = self.valid[:, None, :] & (keys <= queries)  # [batch, chunk, total]
+        causal = self.valid[:, None, :] & (keys <= queries) if visible is None else visible  # [batch, chunk, total]
         # A padding query sees only itself: a fully masked row would make a NaN that reaches the values.
         itself = torch.zeros_like(causal)
         itself[:, :, -chunk_valid.shape[1] :] = torch.diag_embed(~chunk_valid)
@@ -272,6 +282,7 @@ class CachedModel:
         When every layer is windowed, tokens behind every future query's window are dropped too, so the
         cache stays within the window (plus slack) however long the rows grow.
         """
+        self._no_pending_tree()
         if not self.layout.bounded and bool((keep >= self.num_cached).all()):
             return  # nothing to drop (a plain step, or a drafter that sat out)
         self.valid &= self.positions < keep[:, None]
@@ -332,3 +343,83 @@ class CachedModel:
             )
         self.valid = self.valid.gather(1, order)
         self.positions = self.positions.gather(1, order)
+
+    # Draft trees (hf_specdec.tree): one forward over each row's tree, then keep each row's accepted path.
+
+    @torch.no_grad()
+    def forward_tree(
+        self,
+        sequences: torch.Tensor,  # [batch, length] token buffer, left-padded
+        pad_lens: torch.Tensor,  # [batch] left padding of each row in `sequences`
+        lens: torch.Tensor,  # [batch] row b's committed tokens end here; the last one is its tree's root
+        tree: "trees.DraftTree",  # nodes [batch, nodes]; tree.tokens[:, 0] (the root) is read from `sequences`
+    ) -> torch.Tensor:
+        """Feeds each row the committed tokens it has not cached, `sequences[b, pad_lens[b] + num_cached[b] :
+        lens[b]]` (at least the root), then its drafted nodes, in one forward. Returns the logits at every
+        node, [batch, nodes, vocab] float32 (node 0 = the root: they score the root's children; padding
+        nodes' logits are junk).
+
+        A node at depth d sits at position `lens[b] - pad_lens[b] - 1 + d` and attends to the row's live
+        committed tokens, its ancestors and itself (`tree.visible_keys`), windows applied in position
+        space as for chains. The drafted nodes stay in the cache, provisional, until `keep_paths` keeps the
+        accepted ones; `forward` and `rollback` refuse to run before it.
+        """
+        self._no_pending_tree()
+        if self.model.config._attn_implementation not in ("eager", "sdpa"):
+            raise UnsupportedModelError(
+                f"draft trees need 4D attention masks, which attn_implementation="
+                f"{self.model.config._attn_implementation!r} takes none of; load the model with "
+                "attn_implementation='sdpa' (or 'eager'), or draft chains."
+            )
+        batch, num_nodes = tree.tokens.shape
+        start = pad_lens + self.num_cached  # [batch] first uncached index per row
+        catch_up = lens - start  # [batch] committed tokens to feed, the root included
+        if bool((catch_up < 1).any()):
+            raise ValueError("forward_tree needs every row's root (its last committed token) uncached; roll back first.")
+        # Chunk: each row's committed tokens right-aligned on one root column, then the drafted nodes 1..
+        width = int(catch_up.max())
+        index = lens[:, None] - width + torch.arange(width, device=self.device)  # [batch, width] buffer index
+        fed = index >= start[:, None]  # [batch, width]
+        fed_positions = (self.num_cached[:, None] + fed.long().cumsum(dim=1) - 1).clamp_min(0)
+        root_positions = lens - pad_lens - 1  # [batch] committed tokens before the root
+        node_valid = tree.valid[:, 1:]  # [batch, nodes - 1]
+        node_positions = root_positions[:, None] + tree.depths()[:, 1:]
+        node_ids = torch.arange(1, num_nodes, device=self.device).expand(batch, -1)
+        chunk_valid = torch.cat([fed, node_valid], dim=1)  # [batch, chunk]
+        chunk = torch.cat([sequences.gather(1, index.clamp_min(0)), tree.tokens[:, 1:].clamp_min(0)], dim=1)
+        positions = torch.cat([fed_positions, torch.where(node_valid, node_positions, root_positions[:, None])], dim=1)
+        chunk_nodes = torch.cat([torch.full_like(index, -1), torch.where(node_valid, node_ids, -1)], dim=1)
+
+        first_node_column = self.valid.shape[1] + width
+        key_nodes = torch.cat([torch.full_like(self.valid, -1, dtype=torch.long), chunk_nodes], dim=1)
+        self.valid = torch.cat([self.valid, chunk_valid], dim=1)  # [batch, width_total]
+        self.positions = torch.cat([self.positions, positions], dim=1)
+        self.num_cached = self.num_cached + fed.sum(dim=1)
+        visible = trees.visible_keys(self.valid, self.positions, key_nodes, positions, chunk_nodes, tree.ancestors())
+        inputs = {
+            "input_ids": chunk.to(self.model_device),
+            "attention_mask": self._position_masks(chunk_valid, positions, visible),
+            "position_ids": positions.to(self.model_device),
+            "past_key_values": self.cache,
+            "use_cache": True,
+        }
+        self._tree = (first_node_column, num_nodes)
+        logits, _ = self._run(inputs, num_nodes)  # the root's column and the nodes'
+        return logits
+
+    def keep_paths(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """After `forward_tree`: keeps the nodes on each row's accepted path (`path` [batch, nodes] node ids,
+        -1 padded, as `verify_tree_*` return it; `num_accepted` [batch] of them) as committed tokens and
+        masks every other node. The kept columns need not be adjacent: positions are explicit and masks
+        are built in position space, and compaction (see `rollback`) frees the masked columns."""
+        first, num_nodes = self._tree
+        kept = torch.zeros(path.shape[0], num_nodes, dtype=torch.bool, device=self.device)
+        kept.scatter_(1, path.clamp_min(0), path >= 0)  # [batch, nodes] by node id
+        columns = slice(first, first + num_nodes - 1)  # nodes 1 .. nodes - 1
+        self.valid[:, columns] &= kept[:, 1:]
+        self.num_cached = self.num_cached + num_accepted
+        self._tree = None
+
+    def _no_pending_tree(self) -> None:
+        if self._tree is not None:
+            raise RuntimeError("a draft tree was fed and not resolved: call keep_paths() after forward_tree().")
