@@ -344,7 +344,21 @@ class CachedModel:
         self.valid = self.valid.gather(1, order)
         self.positions = self.positions.gather(1, order)
 
-    # Draft trees (hf_specdec.tree): one forward over each row's tree, then keep each row's accepted path.
+    # Draft trees (hf_specdec.tree): forwards over tree nodes, then keep each row's accepted path.
+
+    def check_trees(self) -> None:
+        """Raises UnsupportedModelError if this model cannot take the 4D masks a tree forward needs."""
+        if self.model.config._attn_implementation not in ("eager", "sdpa"):
+            raise UnsupportedModelError(
+                f"draft trees need 4D attention masks, which {type(self.model).__name__} with attn_implementation="
+                f"{self.model.config._attn_implementation!r} takes none of; load it with attn_implementation='sdpa' "
+                "(or 'eager'), or draft chains (gamma=an int)."
+            )
+
+    @property
+    def tree_pending(self) -> bool:
+        """Tree nodes were fed and `keep_paths` has not resolved them yet."""
+        return self._tree is not None
 
     @torch.no_grad()
     def forward_tree(
@@ -352,50 +366,57 @@ class CachedModel:
         sequences: torch.Tensor,  # [batch, length] token buffer, left-padded
         pad_lens: torch.Tensor,  # [batch] left padding of each row in `sequences`
         lens: torch.Tensor,  # [batch] row b's committed tokens end here; the last one is its tree's root
-        tree: "trees.DraftTree",  # nodes [batch, nodes]; tree.tokens[:, 0] (the root) is read from `sequences`
+        tree: "trees.DraftTree",  # [batch, nodes]; the root's token is read from `sequences`
+        feed: torch.Tensor | None = None,  # [batch, m] ids of drafted nodes to feed, -1 none; None: all
     ) -> torch.Tensor:
-        """Feeds each row the committed tokens it has not cached, `sequences[b, pad_lens[b] + num_cached[b] :
-        lens[b]]` (at least the root), then its drafted nodes, in one forward. Returns the logits at every
-        node, [batch, nodes, vocab] float32 (node 0 = the root: they score the root's children; padding
-        nodes' logits are junk).
+        """Feeds tree nodes, each at position `lens[b] - pad_lens[b] - 1 + depth`, attending to the row's live
+        committed tokens, its ancestors and itself (`tree.visible_keys`; windows in position space, as for
+        chains). The first forward of a tree first feeds each row's uncached committed tokens,
+        `sequences[b, pad_lens[b] + num_cached[b] : lens[b]]` (at least the root); later forwards of the
+        same tree (a drafter growing it level by level: `tree` then holds every node made so far, with the
+        same ids) feed only `feed`, whose ancestors must have been fed before or in the same call.
 
-        A node at depth d sits at position `lens[b] - pad_lens[b] - 1 + d` and attends to the row's live
-        committed tokens, its ancestors and itself (`tree.visible_keys`), windows applied in position
-        space as for chains. The drafted nodes stay in the cache, provisional, until `keep_paths` keeps the
-        accepted ones; `forward` and `rollback` refuse to run before it.
+        Returns logits [batch, 1 + m, vocab] float32 on a tree's first forward (the root's, then the fed
+        nodes'), [batch, m, vocab] on later ones; junk where feed is -1. With `feed=None` (all drafted
+        nodes) that is the logits at every node, in node order: what the target verifies.
+
+        Fed nodes stay in the cache, provisional, until `keep_paths` keeps the accepted ones; `forward`
+        and `rollback` refuse to run before it.
         """
-        self._no_pending_tree()
-        if self.model.config._attn_implementation not in ("eager", "sdpa"):
-            raise UnsupportedModelError(
-                f"draft trees need 4D attention masks, which attn_implementation="
-                f"{self.model.config._attn_implementation!r} takes none of; load the model with "
-                "attn_implementation='sdpa' (or 'eager'), or draft chains."
-            )
         batch, num_nodes = tree.tokens.shape
-        start = pad_lens + self.num_cached  # [batch] first uncached index per row
-        catch_up = lens - start  # [batch] committed tokens to feed, the root included
-        if bool((catch_up < 1).any()):
-            raise ValueError("forward_tree needs every row's root (its last committed token) uncached; roll back first.")
-        # Chunk: each row's committed tokens right-aligned on one root column, then the drafted nodes 1..
-        width = int(catch_up.max())
-        index = lens[:, None] - width + torch.arange(width, device=self.device)  # [batch, width] buffer index
-        fed = index >= start[:, None]  # [batch, width]
-        fed_positions = (self.num_cached[:, None] + fed.long().cumsum(dim=1) - 1).clamp_min(0)
+        if feed is None:
+            feed = torch.where(tree.valid[:, 1:], torch.arange(1, num_nodes, device=self.device), -1)
+        feed_valid = feed >= 0  # [batch, m]
+        feed_ids = feed.clamp_min(0)
+        first = self._tree is None
+        if first:
+            self.check_trees()
+            start = pad_lens + self.num_cached  # [batch] first uncached index per row
+            catch_up = lens - start  # [batch] committed tokens to feed, the root included
+            if bool((catch_up < 1).any()):
+                raise ValueError("forward_tree needs every row's root (its last committed token) uncached; roll back first.")
+            # The committed tokens right-aligned on one root column, then the fed nodes.
+            width = int(catch_up.max())
+            index = lens[:, None] - width + torch.arange(width, device=self.device)  # [batch, width] buffer index
+            fed = index >= start[:, None]  # [batch, width]
+            committed_tokens = sequences.gather(1, index.clamp_min(0))
+            committed_positions = (self.num_cached[:, None] + fed.long().cumsum(dim=1) - 1).clamp_min(0)
+            self.num_cached = self.num_cached + fed.sum(dim=1)
+            self._tree = torch.full_like(self.valid, -1, dtype=torch.long)  # [batch, width_total] node per column
+        else:
+            fed = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
+            committed_tokens = committed_positions = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
         root_positions = lens - pad_lens - 1  # [batch] committed tokens before the root
-        node_valid = tree.valid[:, 1:]  # [batch, nodes - 1]
-        node_positions = root_positions[:, None] + tree.depths()[:, 1:]
-        node_ids = torch.arange(1, num_nodes, device=self.device).expand(batch, -1)
-        chunk_valid = torch.cat([fed, node_valid], dim=1)  # [batch, chunk]
-        chunk = torch.cat([sequences.gather(1, index.clamp_min(0)), tree.tokens[:, 1:].clamp_min(0)], dim=1)
-        positions = torch.cat([fed_positions, torch.where(node_valid, node_positions, root_positions[:, None])], dim=1)
-        chunk_nodes = torch.cat([torch.full_like(index, -1), torch.where(node_valid, node_ids, -1)], dim=1)
+        node_positions = root_positions[:, None] + tree.depths().gather(1, feed_ids)  # [batch, m]
+        chunk_valid = torch.cat([fed, feed_valid], dim=1)  # [batch, chunk]
+        chunk = torch.cat([committed_tokens, tree.tokens.gather(1, feed_ids).clamp_min(0)], dim=1)
+        positions = torch.cat([committed_positions, torch.where(feed_valid, node_positions, root_positions[:, None])], dim=1)
+        chunk_nodes = torch.cat([torch.full_like(committed_tokens, -1), torch.where(feed_valid, feed, -1)], dim=1)
 
-        first_node_column = self.valid.shape[1] + width
-        key_nodes = torch.cat([torch.full_like(self.valid, -1, dtype=torch.long), chunk_nodes], dim=1)
         self.valid = torch.cat([self.valid, chunk_valid], dim=1)  # [batch, width_total]
         self.positions = torch.cat([self.positions, positions], dim=1)
-        self.num_cached = self.num_cached + fed.sum(dim=1)
-        visible = trees.visible_keys(self.valid, self.positions, key_nodes, positions, chunk_nodes, tree.ancestors())
+        self._tree = torch.cat([self._tree, chunk_nodes], dim=1)
+        visible = trees.visible_keys(self.valid, self.positions, self._tree, positions, chunk_nodes, tree.ancestors())
         inputs = {
             "input_ids": chunk.to(self.model_device),
             "attention_mask": self._position_masks(chunk_valid, positions, visible),
@@ -403,20 +424,20 @@ class CachedModel:
             "past_key_values": self.cache,
             "use_cache": True,
         }
-        self._tree = (first_node_column, num_nodes)
-        logits, _ = self._run(inputs, num_nodes)  # the root's column and the nodes'
+        logits, _ = self._run(inputs, feed.shape[1] + first)  # (the root's column and) the fed nodes'
         return logits
 
     def keep_paths(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
-        """After `forward_tree`: keeps the nodes on each row's accepted path (`path` [batch, nodes] node ids,
-        -1 padded, as `verify_tree_*` return it; `num_accepted` [batch] of them) as committed tokens and
-        masks every other node. The kept columns need not be adjacent: positions are explicit and masks
-        are built in position space, and compaction (see `rollback`) frees the masked columns."""
-        first, num_nodes = self._tree
-        kept = torch.zeros(path.shape[0], num_nodes, dtype=torch.bool, device=self.device)
-        kept.scatter_(1, path.clamp_min(0), path >= 0)  # [batch, nodes] by node id
-        columns = slice(first, first + num_nodes - 1)  # nodes 1 .. nodes - 1
-        self.valid[:, columns] &= kept[:, 1:]
+        """Resolves the tree fed since the last `keep_paths`: the nodes on each row's accepted path (`path`
+        [batch, k] node ids, -1 padded, as `verify_tree_*` return it; `num_accepted` [batch] of them)
+        become committed tokens, every other fed node is masked. The kept columns need not be adjacent:
+        positions are explicit and masks are built in position space, and compaction (see `rollback`)
+        frees the masked columns. A path node must have been fed."""
+        nodes = self._tree  # [batch, width] node id per column, -1 committed
+        num_ids = max(int(nodes.max()), int(path.max()) if path.numel() else 0) + 1
+        kept = torch.zeros(path.shape[0], num_ids, dtype=torch.bool, device=self.device)
+        kept.scatter_(1, path.clamp_min(0), path >= 0)  # [batch, ids] by node id
+        self.valid &= (nodes < 0) | kept.gather(1, nodes.clamp_min(0))
         self.num_cached = self.num_cached + num_accepted
         self._tree = None
 

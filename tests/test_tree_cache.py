@@ -157,3 +157,38 @@ def test_negative_control_a_mask_without_the_tree_changes_the_logits(target, mon
     logits = CachedModel(target, 1, torch.device("cpu")).forward_tree(sequences, torch.tensor([0]), torch.tensor([8]), tree)
     with pytest.raises(AssertionError):
         _check_tree_logits(target, logits, sequences, torch.tensor([0]), torch.tensor([8]), tree)
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral_window4"])
+def test_a_tree_grown_level_by_level_matches_naive_forwards_at_every_fed_node(name):
+    # A drafter's use: build_tree's expand feeds the frontier nodes, one forward per depth; every returned
+    # row of logits must equal the naive forward over prefix + that node's path. Batch of 2, left-padded.
+    model = MODELS[name]()
+    gen = torch.Generator().manual_seed(4)
+    sequences = torch.randint(3, tiny_models.VOCAB, (2, 30), generator=gen)
+    pad, lens = torch.tensor([3, 0]), torch.tensor([9, 11])
+    state = CachedModel(model, 2, torch.device("cpu"))
+    state.forward(sequences, pad, lens - 2, 1)
+    state.rollback(torch.tensor([2, 8]), slack=30)  # rows catch up different numbers of tokens in the first forward
+    checked = []
+
+    def expand(candidates, frontier):
+        first = not state.tree_pending
+        logits = state.forward_tree(sequences, pad, lens, candidates, feed=frontier[:, :0] if first else frontier)
+        for row in range(2):
+            paths = _paths(candidates, row)
+            prefix = sequences[row, pad[row] : lens[row]].tolist()
+            for slot, node in enumerate(frontier[row].tolist()):
+                if node >= 0:
+                    expected = naive_logits(model, prefix + paths[node])
+                    assert torch.allclose(logits[row, slot], expected, atol=ATOL), (row, node)
+                    checked.append(len(paths[node]))
+        return logits.softmax(dim=-1)
+
+    tree = build_tree(sequences[torch.arange(2), lens - 1], expand, top_k=2, max_depth=3, max_nodes=6)
+    assert sorted(set(checked)) == [0, 1, 2]  # the root and nodes of depth 1 and 2 were fed and checked
+    state.keep_paths(torch.full((2, 0), -1), torch.zeros(2, dtype=torch.long))  # a drafter drops its tree
+    assert state.num_cached.tolist() == (lens - pad).tolist()
+    logits, _ = state.forward(sequences, pad, lens + 1, 1)
+    for row in range(2):
+        assert torch.allclose(logits[row, 0], naive_logits(model, sequences[row, pad[row] : lens[row] + 1].tolist()), atol=ATOL)
