@@ -434,7 +434,7 @@ class CachedModel:
         positions are explicit and masks are built in position space, and compaction (see `rollback`)
         frees the masked columns. A path node must have been fed."""
         nodes = self._tree  # [batch, width] node id per column, -1 committed
-        num_ids = max(int(nodes.max()), int(path.max()) if path.numel() else 0) + 1
+        num_ids = max(int(nodes.max()) if nodes.numel() else 0, int(path.max()) if path.numel() else 0, 0) + 1
         kept = torch.zeros(path.shape[0], num_ids, dtype=torch.bool, device=self.device)
         kept.scatter_(1, path.clamp_min(0), path >= 0)  # [batch, ids] by node id
         self.valid &= (nodes < 0) | kept.gather(1, nodes.clamp_min(0))

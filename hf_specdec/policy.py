@@ -320,9 +320,9 @@ class TreeDraftPolicy(DraftPolicy):
     drafter's probabilities along the path), each into its `top_k` most probable children, `max_depth`
     levels deep; keep the `max_nodes` best drafted nodes; the target verifies all of them in one forward.
 
-    Not runnable yet: the loop does not draft trees, so a generate() call with this policy raises
-    `UnsupportedTreeError` before any forward (it never falls back to a chain silently). What exists is
-    documented in docs/trees.md.
+    Runs with model drafters (a causal LM as `drafter=`), greedy or sampled, alone or in padded batches
+    (`hf_specdec.tree_loop`); with other drafters a call raises `UnsupportedTreeError` before any forward (it
+    never falls back to a chain silently). See docs/trees.md.
 
     Args:
         top_k: children per expanded node, and nodes expanded per depth (>= 1).
@@ -348,8 +348,7 @@ class TreeDraftPolicy(DraftPolicy):
     ) -> "DraftSchedule":
         from hf_specdec.errors import UnsupportedTreeError
 
+        # A guard: a loop that took this for a chain policy would draft chains of max_depth silently.
         raise UnsupportedTreeError(
-            f"{self!r}: draft trees are not wired into generate() yet (tree construction, tree verification and "
-            "the target's tree forward exist, drafting trees in the loop does not; see docs/trees.md). Pass a chain "
-            f"policy meanwhile, e.g. gamma={self.max_depth} or gamma=hf_specdec.DraftPolicy(max_gamma={self.max_depth})."
+            f"{self!r} is run by hf_specdec.tree_loop, not as a chain schedule; this loop does not draft trees."
         )

@@ -1,5 +1,5 @@
-"""TreeDraftPolicy: a frozen, keyword-only, validated description, accepted as gamma=; until the loop drafts
-trees, a generate() call with it is refused with UnsupportedTreeError before any forward pass."""
+"""TreeDraftPolicy: a frozen, keyword-only, validated description, accepted as gamma=; with a drafter that
+drafts no trees a generate() call with it is refused with UnsupportedTreeError before any forward pass."""
 
 import dataclasses
 
@@ -33,24 +33,29 @@ def test_invalid_tree_settings_raise_invalid_gamma(bad):
         TreeDraftPolicy(**bad)
 
 
-def test_generate_with_a_tree_policy_is_refused_before_any_forward(target, partial_drafter):
+def test_a_tree_policy_with_a_chain_only_drafter_is_refused_before_any_forward(target):
     calls = []
-    hooks = [model.register_forward_hook(lambda *args: calls.append(1)) for model in (target, partial_drafter)]
+    hook = target.register_forward_hook(lambda *args: calls.append(1))
     config_before = target.generation_config.to_dict()
     input_ids, mask = tiny_models.prompts(2, seed=0)
     try:
-        with pytest.raises(UnsupportedTreeError, match="not wired into generate") as raised:
-            target.generate(input_ids, attention_mask=mask, drafter=partial_drafter, max_new_tokens=5,
+        with pytest.raises(UnsupportedTreeError, match="drafts chains only") as raised:
+            target.generate(input_ids, attention_mask=mask, drafter="prompt_lookup", max_new_tokens=5,
                             gamma=TreeDraftPolicy(top_k=2, max_depth=3, max_nodes=6))
     finally:
-        for hook in hooks:
-            hook.remove()
+        hook.remove()
     assert calls == [] and target.generation_config.to_dict() == config_before
     assert isinstance(raised.value, (UnsupportedGenerationError, NotImplementedError))
     assert "gamma=3" in str(raised.value)  # names the fix: the chain of the same depth
     # The shared objects still work for the next call.
-    out = target.generate(input_ids, attention_mask=mask, drafter=partial_drafter, max_new_tokens=5, gamma=3)
+    out = target.generate(input_ids, attention_mask=mask, drafter="prompt_lookup", max_new_tokens=5, gamma=3)
     assert torch.equal(out, target.generate(input_ids, attention_mask=mask, max_new_tokens=5, do_sample=False))
+
+
+def test_a_tree_policy_never_serves_as_a_chain_schedule(target):
+    # A loop that took it for a chain policy would draft chains of max_depth silently: start() refuses.
+    with pytest.raises(UnsupportedTreeError, match="tree_loop"):
+        TreeDraftPolicy().start(target, None, 1, torch.device("cpu"))
 
 
 def test_tree_policy_is_exported():

@@ -242,6 +242,8 @@ class FeatureDraftSession(ModelDraftSession):
     own prediction while drafting. Entries computed from predicted states are dropped after every
     verification and recomputed from the target's."""
 
+    drafts_trees = False  # each node would need the head's own predicted state along its path: not yet
+
     def __init__(self, cached: CachedModel, bound: BoundHead):
         super().__init__(cached)
         self.bound = bound
