@@ -25,6 +25,8 @@ from hf_specdec.errors import UnsupportedModelError
 MASKABLE = ("full_attention", "sliding_attention", "chunked_attention")
 #: transformers' mask builders that apply a window; a windowed model's own code calls one of them.
 WINDOW_MASK_BUILDERS = ("create_sliding_window_causal_mask", "create_chunked_causal_mask")
+#: transformers' mask builders; a model that calls one passes a ready 4D mask (a draft tree's) through as is.
+MASK_BUILDERS = ("create_causal_mask", "create_masks_for_generate", *WINDOW_MASK_BUILDERS)
 
 
 @dataclass
@@ -105,12 +107,17 @@ def attention_layout(model: PreTrainedModel) -> AttentionLayout:
 def _builds_window_masks(model: PreTrainedModel) -> bool:
     """Whether the code of the model (or of its base model) builds windowed masks with transformers' mask
     builders, so that a multi-token forward windows its attention the way its cache does."""
+    return _builds_masks(model, WINDOW_MASK_BUILDERS)
+
+
+def _builds_masks(model: PreTrainedModel, builders: tuple[str, ...]) -> bool:
+    """Whether the code of the model (or of its base model) calls one of transformers' mask `builders`."""
     for cls in (type(model), type(model.base_model)):
         try:
             source = inspect.getsource(sys.modules[cls.__module__])
         except (OSError, TypeError, KeyError):
             return True  # no source to read (compiled, or defined interactively): trust the cache layout
-        if any(builder in source for builder in WINDOW_MASK_BUILDERS):
+        if any(builder in source for builder in builders):
             return True
     return False
 
@@ -347,12 +354,26 @@ class CachedModel:
     # Draft trees (hf_specdec.tree): forwards over tree nodes, then keep each row's accepted path.
 
     def check_trees(self) -> None:
-        """Raises UnsupportedModelError if this model cannot take the 4D masks a tree forward needs."""
+        """Raises UnsupportedModelError if this model cannot score a tree in one forward: its attention must
+        take 4D masks (eager or sdpa attention, masks built by transformers' mask builders, which pass a 4D
+        mask through) and it must take `position_ids` (siblings share a position, so positions cannot
+        come from the cache length)."""
+        name = type(self.model).__name__
         if self.model.config._attn_implementation not in ("eager", "sdpa"):
             raise UnsupportedModelError(
-                f"draft trees need 4D attention masks, which {type(self.model).__name__} with attn_implementation="
+                f"draft trees need 4D attention masks, which {name} with attn_implementation="
                 f"{self.model.config._attn_implementation!r} takes none of; load it with attn_implementation='sdpa' "
                 "(or 'eager'), or draft chains (gamma=an int)."
+            )
+        if not _accepts(self.model, "position_ids"):
+            raise UnsupportedModelError(
+                f"{name} takes no position_ids; the nodes of a draft tree share positions, which it cannot be told. "
+                "Draft chains with it (gamma=an int)."
+            )
+        if not _builds_masks(self.model, MASK_BUILDERS):
+            raise UnsupportedModelError(
+                f"{name} builds its attention masks itself, not with transformers' mask builders, so it cannot be "
+                "given a draft tree's 4D mask. Draft chains with it (gamma=an int)."
             )
 
     @property
@@ -381,7 +402,7 @@ class CachedModel:
         nodes) that is the logits at every node, in node order: what the target verifies.
 
         Fed nodes stay in the cache, provisional, until `keep_paths` keeps the accepted ones; `forward`
-        and `rollback` refuse to run before it.
+        and `rollback` refuse to run before it. Call `check_trees` once before the first.
         """
         batch, num_nodes = tree.tokens.shape
         if feed is None:
@@ -390,7 +411,6 @@ class CachedModel:
         feed_ids = feed.clamp_min(0)
         first = self._tree is None
         if first:
-            self.check_trees()
             start = pad_lens + self.num_cached  # [batch] first uncached index per row
             catch_up = lens - start  # [batch] committed tokens to feed, the root included
             if bool((catch_up < 1).any()):

@@ -201,3 +201,20 @@ def test_negative_control_nodes_processed_without_their_path_fail_the_greedy_tes
     monkeypatch.setattr(tree_loop, "node_scores", _committed_context_only)
     with pytest.raises(AssertionError):
         globals()[name](target, partial_drafter)
+
+
+@pytest.mark.parametrize("model_type", ["bloom", "bart"])  # ALiBi from a 2D mask; positions from the cache length
+def test_models_that_take_no_position_ids_are_refused_for_trees_even_alone(model_type):
+    # Chains run them at batch 1 (docs/support.md); a tree's siblings share a position they cannot be told.
+    import arch_zoo
+
+    model = arch_zoo.build(model_type)
+    calls = []
+    hook = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        with pytest.raises(hf_specdec.UnsupportedModelError, match="takes no position_ids"):
+            model.generate(torch.tensor([[5, 6, 7, 8]]), drafter=model, gamma=SHAPES["eagle"], max_new_tokens=4,
+                           do_sample=False)
+    finally:
+        hook.remove()
+    assert calls == []
