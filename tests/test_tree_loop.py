@@ -218,3 +218,33 @@ def test_models_that_take_no_position_ids_are_refused_for_trees_even_alone(model
     finally:
         hook.remove()
     assert calls == []
+
+
+def test_trees_through_a_text_generation_pipeline_in_batches(target, partial_drafter):
+    from transformers import pipeline
+
+    import _tiny
+
+    pipe = pipeline("text-generation", model=target, tokenizer=_tiny.chat_tokenizer())
+    prompts = ["w5 w6 w7", "w9", "w10 w11 w12 w13 w14", "w20 w21"]
+    greedy_kwargs = {"max_new_tokens": 12, "do_sample": False, "return_tensors": True, "batch_size": 2}
+    expected = pipe(prompts, **greedy_kwargs)
+    got = pipe(prompts, drafter=partial_drafter, gamma=SHAPES["eagle"], **greedy_kwargs)
+    ids = lambda outputs: [torch.as_tensor(out[0]["generated_token_ids"]).tolist() for out in outputs]
+    assert ids(got) == ids(expected)
+
+
+def test_the_feature_head_drafts_no_trees_yet_and_is_refused_before_any_forward(target):
+    from hf_specdec.distill.feature_head import build_feature_head
+    from hf_specdec.drafters.feature import FeatureDrafter
+
+    head = build_feature_head(target, "eagle3")  # untrained: only the refusal is checked
+    calls = []
+    hooks = [module.register_forward_hook(lambda *args: calls.append(1)) for module in (target, head)]
+    try:
+        with pytest.raises(UnsupportedTreeError, match="drafts chains only"):
+            target.generate(tiny_models.prompts(2)[0], drafter=FeatureDrafter(head), gamma=SHAPES["eagle"], max_new_tokens=4)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert calls == []
