@@ -18,8 +18,8 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
-from hf_specdec import tree as trees
 from hf_specdec.errors import UnsupportedModelError
+from hf_specdec import tree as trees
 
 #: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
 MASKABLE = ("full_attention", "sliding_attention", "chunked_attention")
@@ -163,12 +163,12 @@ class CachedModel:
                 "attn_implementation='sdpa' (or 'eager')."
             )
         self.cache = _new_cache(model, self.layout)
+        self._tree = None  # [batch, width] tree node held by each column (-1: committed) while a tree awaits keep_paths
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [batch, width] live columns
         self.positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # [batch, width]
         self.num_cached = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch] tokens fed and kept
         self._logits_to_keep = _accepts(model, "logits_to_keep")
         self.num_forwards = 0
-        self._tree = None  # (first cache column of the drafted nodes, nodes) while a tree awaits `keep_paths`
         # A reduced head (FR-Spec): logits only for `vocab_subset`, -inf elsewhere.
         self.vocab_subset = None
         if vocab_subset is not None:
@@ -365,7 +365,7 @@ class CachedModel:
                 f"{self.model.config._attn_implementation!r} takes none of; load it with attn_implementation='sdpa' "
                 "(or 'eager'), or draft chains (gamma=an int)."
             )
-        if not _accepts(self.model, "position_ids"):
+        if "position_ids" not in inspect.signature(type(self.model).forward).parameters:  # the class's, not a wrapper's
             raise UnsupportedModelError(
                 f"{name} takes no position_ids; the nodes of a draft tree share positions, which it cannot be told. "
                 "Draft chains with it (gamma=an int)."

@@ -343,9 +343,7 @@ class TreeDraftPolicy(DraftPolicy):
         object.__setattr__(self, "max_gamma", self.max_depth)
         super().__post_init__()
 
-    def start(
-        self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None
-    ) -> "DraftSchedule":
+    def start(self, *args, **kwargs) -> "DraftSchedule":
         from hf_specdec.errors import UnsupportedTreeError
 
         # A guard: a loop that took this for a chain policy would draft chains of max_depth silently.
