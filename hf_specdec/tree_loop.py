@@ -172,6 +172,7 @@ def tree_decode(
         session.observe(num_valid)
         drafted_depth = torch.where(tree.valid, tree.depths(), 0).max(dim=1).values  # [batch] the tree's depth
         step_stats.record_step(active, drafted_depth, num_accepted, num_new)
+        step_stats.record_tree(active, tree.num_nodes - 1, policy.max_nodes)
 
     if streamer is not None:
         streamer.end()

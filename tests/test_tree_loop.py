@@ -248,3 +248,21 @@ def test_the_feature_head_drafts_no_trees_yet_and_is_refused_before_any_forward(
         for hook in hooks:
             hook.remove()
     assert calls == []
+
+
+def test_stats_count_tree_sizes_and_accepted_depths(target, partial_drafter):
+    input_ids, mask = tiny_models.prompts(3, seed=2)
+    policy = TreeDraftPolicy(top_k=3, max_depth=3, max_nodes=7)
+    stats = hf_specdec.SpeculativeStats()
+    greedy(target, input_ids, mask, drafter=partial_drafter, gamma=policy, stats=stats, max_new_tokens=20)
+    sizes = stats.tree_size_histogram  # [rows, max_nodes + 1]
+    assert sizes.shape == (3, 8) and torch.equal(sizes.sum(dim=1), stats.steps)  # one tree per row and step
+    assert int(sizes[:, 7].sum()) > 0  # full trees were drafted
+    assert stats.accepted_histogram.shape == (3, 4)  # accepted depth 0..max_depth
+    # Chain calls merged with a tree call keep one row per row.
+    stats.merge(speculate(target, partial_drafter, input_ids, mask, policy=SHAPES["chain"])[1])
+    chain_stats = hf_specdec.SpeculativeStats()
+    greedy(target, input_ids, mask, drafter=partial_drafter, gamma=3, stats=chain_stats, max_new_tokens=5)
+    stats.merge(chain_stats)
+    assert stats.tree_size_histogram.shape[0] == 9 and int(stats.tree_size_histogram[6:].sum()) == 0
+    assert stats.to_dict()["tree_size_histogram"][0] == sizes[0].tolist()
