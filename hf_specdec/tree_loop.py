@@ -87,7 +87,7 @@ def tree_decode(
     if not session.drafts_trees:
         raise UnsupportedTreeError(
             f"{type(drafter).__name__} drafts chains only; draft trees come from a model drafter (a causal LM passed "
-            f"as drafter=) so far. Pass gamma={policy.max_depth} (a chain) with this drafter."
+            f"as drafter=) or prompt lookup so far. Pass gamma={policy.max_depth} (a chain) with this drafter."
         )
     if hasattr(session, "cached"):
         session.cached.check_trees()

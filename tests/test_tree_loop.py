@@ -11,6 +11,14 @@ import tiny_models
 from hf_specdec import tree_loop
 from hf_specdec.errors import UnsupportedTreeError
 from hf_specdec.policy import TreeDraftPolicy
+from hf_specdec.drafters.base import Draft, StatelessDrafter
+
+
+class ChainOnly(StatelessDrafter):
+    """A drafter that implements chains only (proposes nothing)."""
+
+    def propose(self, ctx, num_tokens):
+        return Draft(tokens=num_tokens.new_empty(num_tokens.shape[0], 0), num_drafted=torch.zeros_like(num_tokens))
 from joint_util import sample_continuations
 from stats_util import fits
 
@@ -113,7 +121,7 @@ def test_drafters_without_trees_are_refused_before_any_forward(target):
     hook = target.register_forward_hook(lambda *args: calls.append(1))
     try:
         with pytest.raises(UnsupportedTreeError, match="gamma=3"):
-            target.generate(tiny_models.prompts(2)[0], drafter="prompt_lookup", gamma=TreeDraftPolicy(max_depth=3),
+            target.generate(tiny_models.prompts(2)[0], drafter=ChainOnly(), gamma=TreeDraftPolicy(max_depth=3),
                             max_new_tokens=4)
     finally:
         hook.remove()

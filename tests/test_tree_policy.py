@@ -11,6 +11,7 @@ import tiny_models
 from hf_specdec import compat
 from hf_specdec.errors import InvalidGammaError, UnsupportedGenerationError, UnsupportedTreeError
 from hf_specdec.policy import DraftPolicy, TreeDraftPolicy
+from test_tree_loop import ChainOnly
 
 
 def test_tree_policy_is_a_frozen_keyword_only_description_accepted_as_gamma():
@@ -40,7 +41,7 @@ def test_a_tree_policy_with_a_chain_only_drafter_is_refused_before_any_forward(t
     input_ids, mask = tiny_models.prompts(2, seed=0)
     try:
         with pytest.raises(UnsupportedTreeError, match="drafts chains only") as raised:
-            target.generate(input_ids, attention_mask=mask, drafter="prompt_lookup", max_new_tokens=5,
+            target.generate(input_ids, attention_mask=mask, drafter=ChainOnly(), max_new_tokens=5,
                             gamma=TreeDraftPolicy(top_k=2, max_depth=3, max_nodes=6))
     finally:
         hook.remove()
@@ -48,7 +49,7 @@ def test_a_tree_policy_with_a_chain_only_drafter_is_refused_before_any_forward(t
     assert isinstance(raised.value, (UnsupportedGenerationError, NotImplementedError))
     assert "gamma=3" in str(raised.value)  # names the fix: the chain of the same depth
     # The shared objects still work for the next call.
-    out = target.generate(input_ids, attention_mask=mask, drafter="prompt_lookup", max_new_tokens=5, gamma=3)
+    out = target.generate(input_ids, attention_mask=mask, drafter=ChainOnly(), max_new_tokens=5, gamma=3)
     assert torch.equal(out, target.generate(input_ids, attention_mask=mask, max_new_tokens=5, do_sample=False))
 
 
