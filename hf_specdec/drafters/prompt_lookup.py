@@ -1,7 +1,8 @@
 """Prompt lookup: drafts by copying what followed an earlier occurrence of the row's last n-gram.
 
 Contract: no model, no state; proposals are a deterministic function of each row's tokens so far
-(prompt and generated text), so `Draft.probs` is None and verification treats them as one-hot.
+(prompt and generated text), so `Draft.probs` is None and verification treats them as one-hot. With a
+`TreeDraftPolicy` several earlier occurrences give several branches of a tree.
 """
 
 from __future__ import annotations
