@@ -145,7 +145,7 @@ def tree_decode(
         # 3. Commit the accepted path and one more token, checking the stopping criteria after every token.
         num_new = torch.where(active, num_accepted + 1, 0)  # [batch]
         _write(sequences, lens, verdict.committed, num_new)
-        for j in range(int(num_new.max()) if bool(active.any()) else 0):
+        for j in range(int(num_new.max())):
             rows = (j < num_new) & ~flagged
             if not rows.any():
                 break

@@ -274,3 +274,23 @@ def test_stats_count_tree_sizes_and_accepted_depths(target, partial_drafter):
     stats.merge(chain_stats)
     assert stats.tree_size_histogram.shape[0] == 9 and int(stats.tree_size_histogram[6:].sum()) == 0
     assert stats.to_dict()["tree_size_histogram"][0] == sizes[0].tolist()
+
+
+def test_the_cli_spells_a_tree_policy(tmp_path, target, partial_drafter, capsys):
+    import _tiny
+    from hf_specdec.cli import main
+
+    tokenizer = _tiny.chat_tokenizer()
+    for name, model in (("target", target), ("drafter", partial_drafter)):
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    args = ["generate", "--target", str(tmp_path / "target"), "--drafter", str(tmp_path / "drafter"), "--max-new-tokens", "8"]
+    assert main([*args, "w5 w6 w7", "w9"]) == 0
+    expected = capsys.readouterr().out
+    assert main([*args, "--gamma", "tree:3,4,10", "w5 w6 w7", "w9"]) == 0
+    assert capsys.readouterr().out == expected
+    for bad, message in (("tree:0,4,10", "top_k must be an int >= 1"), ("tree:3,4", "tree:TOP_K,MAX_DEPTH,MAX_NODES"),
+                         ("tree:a,b,c", "tree:TOP_K,MAX_DEPTH,MAX_NODES")):
+        with pytest.raises(SystemExit) as info:
+            main([*args, "--gamma", bad, "w5"])
+        assert info.value.code == 2 and message in capsys.readouterr().err, bad
