@@ -45,6 +45,18 @@ class TargetFeatures:
     fed: torch.Tensor  # [batch, width] bool, the column held one of the row's tokens
 
 
+@dataclass
+class TreeColumns:
+    """What `CachedModel.forward_tree` fed, per chunk column, with the requested hidden states: a committed
+    token (its buffer `index`, node -1) or a tree node (its node id, index -1)."""
+
+    hidden: torch.Tensor  # [batch, chunk, num_layers * hidden]
+    index: torch.Tensor  # [batch, chunk] long, buffer index of a committed token; -1 for nodes
+    nodes: torch.Tensor  # [batch, chunk] long, node id; -1 for committed tokens
+    positions: torch.Tensor  # [batch, chunk] long
+    fed: torch.Tensor  # [batch, chunk] bool
+
+
 def _accepts(model: PreTrainedModel, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
@@ -389,7 +401,10 @@ class CachedModel:
         lens: torch.Tensor,  # [batch] row b's committed tokens end here; the last one is its tree's root
         tree: "trees.DraftTree",  # [batch, nodes]; the root's token is read from `sequences`
         feed: torch.Tensor | None = None,  # [batch, m] ids of drafted nodes to feed, -1 none; None: all
-    ) -> torch.Tensor:
+        feature_layers: tuple[int, ...] = (),
+        column_inputs: dict[str, torch.Tensor] | None = None,  # [batch, length, ...] laid out like `sequences`
+        node_inputs: dict[str, torch.Tensor] | None = None,  # [batch, nodes, ...] by node id
+    ):
         """Feeds tree nodes, each at position `lens[b] - pad_lens[b] - 1 + depth`, attending to the row's live
         committed tokens, its ancestors and itself (`tree.visible_keys`; windows in position space, as for
         chains). The first forward of a tree first feeds each row's uncached committed tokens,
@@ -403,6 +418,10 @@ class CachedModel:
 
         Fed nodes stay in the cache, provisional, until `keep_paths` keeps the accepted ones; `forward`
         and `rollback` refuse to run before it. Call `check_trees` once before the first.
+
+        Further model inputs per fed column (a feature head's features): `column_inputs` for the committed
+        tokens (as in `forward`), `node_inputs` for the nodes. With `feature_layers` (as in `forward`) the
+        return value is (logits, TreeColumns) with those hidden states for every fed column.
         """
         batch, num_nodes = tree.tokens.shape
         if feed is None:
@@ -425,7 +444,7 @@ class CachedModel:
             self._tree = torch.full_like(self.valid, -1, dtype=torch.long)  # [batch, width_total] node per column
         else:
             fed = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
-            committed_tokens = committed_positions = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
+            index = committed_tokens = committed_positions = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
         root_positions = lens - pad_lens - 1  # [batch] committed tokens before the root
         node_positions = root_positions[:, None] + tree.depths().gather(1, feed_ids)  # [batch, m]
         chunk_valid = torch.cat([fed, feed_valid], dim=1)  # [batch, chunk]
@@ -444,8 +463,21 @@ class CachedModel:
             "past_key_values": self.cache,
             "use_cache": True,
         }
-        logits, _ = self._run(inputs, feed.shape[1] + first)  # (the root's column and) the fed nodes'
-        return logits
+        for name in set(column_inputs or {}) | set(node_inputs or {}):
+            parts = []
+            for values, where in (((column_inputs or {}).get(name), index), ((node_inputs or {}).get(name), feed_ids)):
+                if where.shape[1]:
+                    spread = where.clamp_min(0).reshape(*where.shape, *[1] * (values.dim() - 2)).expand(-1, -1, *values.shape[2:])
+                    parts.append(values.gather(1, spread))
+            inputs[name] = torch.cat(parts, dim=1).to(self.model_device)  # [batch, chunk, ...]
+        if feature_layers:
+            inputs["output_hidden_states"] = True
+        logits, outputs = self._run(inputs, feed.shape[1] + first)  # (the root's column and) the fed nodes'
+        if not feature_layers:
+            return logits
+        hidden = torch.cat([outputs.hidden_states[layer] for layer in feature_layers], dim=-1).to(self.device)
+        return logits, TreeColumns(hidden=hidden, index=torch.cat([index, torch.full_like(feed, -1)], dim=1),
+                                   nodes=chunk_nodes, positions=positions, fed=chunk_valid)
 
     def keep_paths(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """Resolves the tree fed since the last `keep_paths`: the nodes on each row's accepted path (`path`

@@ -14,7 +14,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
 from hf_specdec.cache import CachedModel
-from hf_specdec.drafters.base import DraftContext, Drafter
+from hf_specdec.drafters.base import DraftContext, Drafter, TargetFeatures
 from hf_specdec.errors import UnsupportedTreeError
 from hf_specdec.loop import SpeculativeDecoderOnlyOutput, _write
 from hf_specdec.policy import TreeDraftPolicy
@@ -63,6 +63,18 @@ def node_scores(
     return torch.stack(out, dim=1)
 
 
+def _path_features(columns, path: torch.Tensor, lens: torch.Tensor, tree: DraftTree) -> TargetFeatures:
+    """The target's states at the committed tokens the tree forward fed and at the accepted path's nodes,
+    each at the buffer index its token now has (a node at depth d: lens - 1 + d); every other node's
+    column is marked unfed (siblings share positions with the path)."""
+    on_path = torch.zeros_like(tree.valid).scatter_(1, path.clamp_min(0), path >= 0)  # [batch, nodes] by node id
+    node = columns.nodes.clamp_min(0)
+    kept_node = (columns.nodes >= 0) & on_path.gather(1, node)
+    index = torch.where(columns.nodes >= 0, lens[:, None] - 1 + tree.depths().gather(1, node), columns.index)
+    fed = columns.fed & ((columns.nodes < 0) | kept_node)
+    return TargetFeatures(hidden=columns.hidden, index=index, positions=columns.positions, fed=fed)
+
+
 def tree_decode(
     model: PreTrainedModel,
     input_ids: torch.LongTensor,  # [batch, prompt_len] left-padded
@@ -89,8 +101,8 @@ def tree_decode(
             f"{type(drafter).__name__} drafts chains only; draft trees come from a model drafter (a causal LM passed "
             f"as drafter=) or prompt lookup so far. Pass gamma={policy.max_depth} (a chain) with this drafter."
         )
-    if hasattr(session, "cached"):
-        session.cached.check_trees()
+    session.check_trees()
+    feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     max_length = generation_config.max_length
@@ -133,7 +145,11 @@ def tree_decode(
             tree = DraftTree.chain(roots)  # the root alone: a plain step
 
         # 2. Verify: one target forward over every node of each row's tree.
-        target_logits = target.forward_tree(sequences, pad_lens, lens, tree)[..., :vocab_size]  # [batch, nodes, vocab]
+        if feature_layers:  # the drafter reads the target's states too
+            target_logits, columns = target.forward_tree(sequences, pad_lens, lens, tree, feature_layers=feature_layers)
+        else:
+            target_logits, columns = target.forward_tree(sequences, pad_lens, lens, tree), None
+        target_logits = target_logits[..., :vocab_size]  # [batch, nodes, vocab]
         target_scores = node_scores(logits_processor, sequences, lens, tree, target_logits, active)
         if do_sample:
             verdict = verify_tree_stochastic(tree.tokens, tree.parents, target_scores.softmax(dim=-1), generator)
@@ -169,7 +185,7 @@ def tree_decode(
         # 4. Roll back both caches to the committed tokens; the last one is the next tree's root.
         num_valid = lens - pad_lens - 1  # [batch]
         target.rollback(torch.minimum(target.num_cached, num_valid), slack=policy.max_nodes + 1)
-        session.observe(num_valid)
+        session.observe(num_valid, _path_features(columns, verdict.path, lens, tree) if feature_layers else None)
         drafted_depth = torch.where(tree.valid, tree.depths(), 0).max(dim=1).values  # [batch] the tree's depth
         step_stats.record_step(active, drafted_depth, num_accepted, num_new)
         step_stats.record_tree(active, tree.num_nodes - 1, policy.max_nodes)

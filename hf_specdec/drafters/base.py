@@ -86,6 +86,9 @@ class DraftSession(ABC):
         `drafts_trees` implement it."""
         raise NotImplementedError(f"{type(self).__name__} drafts no trees.")
 
+    def check_trees(self) -> None:
+        """Raises UnsupportedModelError, before any forward, if this session's model cannot draft trees."""
+
     def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
         """After verification: the first `num_valid[b]` real tokens of row b are what the drafter saw when
         proposing (its context plus the accepted drafts); everything it proposed beyond is gone.

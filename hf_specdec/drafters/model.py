@@ -91,6 +91,9 @@ class ModelDraftSession(DraftSession):
 
     drafts_trees = True
 
+    def check_trees(self) -> None:
+        self.cached.check_trees()
+
     def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor) -> DraftTree:
         """EAGLE-2's tree (`hf_specdec.tree.build_tree`) from this model's distributions: one forward for the
         root (catching up on what the model has not seen), then one per depth over the frontier nodes, each
