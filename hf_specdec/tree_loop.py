@@ -156,6 +156,8 @@ def tree_decode(
         else:
             verdict = verify_tree_greedy(tree.tokens, tree.parents, target_scores)
         target.keep_paths(verdict.path, verdict.num_accepted)
+        # The target's states at the committed tokens it just read, for a drafter that reads them.
+        target_features = _path_features(columns, verdict.path, lens, tree) if columns is not None else None
         num_accepted = torch.where(active, verdict.num_accepted, 0)
 
         # 3. Commit the accepted path and one more token, checking the stopping criteria after every token.
@@ -185,7 +187,7 @@ def tree_decode(
         # 4. Roll back both caches to the committed tokens; the last one is the next tree's root.
         num_valid = lens - pad_lens - 1  # [batch]
         target.rollback(torch.minimum(target.num_cached, num_valid), slack=policy.max_nodes + 1)
-        session.observe(num_valid, _path_features(columns, verdict.path, lens, tree) if feature_layers else None)
+        session.observe(num_valid, target_features)
         drafted_depth = torch.where(tree.valid, tree.depths(), 0).max(dim=1).values  # [batch] the tree's depth
         step_stats.record_step(active, drafted_depth, num_accepted, num_new)
         step_stats.record_tree(active, tree.num_nodes - 1, policy.max_nodes)

@@ -61,3 +61,32 @@ def test_sampled_feature_head_trees_follow_the_joint_distribution():
         other.lm_head.weight.mul_(0.15)
     statistic, threshold = joint_chi_square(samples, exact_joint(other, prompt, 3, 1.2, 6))
     assert statistic > threshold, (statistic, threshold)
+
+
+def test_the_target_states_reach_the_drafter_at_their_tokens_buffer_index():
+    # Row: committed tokens up to buffer index 9 (lens = 10, the root at 9; index 8 was caught up too); nodes
+    # 1 and 2 at depth 1, node 3 (child of 1) at depth 2; the accepted path is 1 -> 3: its tokens now sit at
+    # buffer indices 10 and 11, node 2's column is no token of the row.
+    from hf_specdec.cache import TreeColumns
+    from hf_specdec.tree import DraftTree
+    from hf_specdec.tree_loop import _path_features
+
+    tree = DraftTree(tokens=torch.tensor([[7, 4, 5, 6]]), parents=torch.tensor([[-1, 0, 0, 1]]), valid=torch.ones(1, 4, dtype=torch.bool))
+    columns = TreeColumns(hidden=torch.arange(5.0).view(1, 5, 1), index=torch.tensor([[8, 9, -1, -1, -1]]),
+                          nodes=torch.tensor([[-1, -1, 1, 2, 3]]), positions=torch.tensor([[8, 9, 10, 10, 11]]),
+                          fed=torch.ones(1, 5, dtype=torch.bool))
+    features = _path_features(columns, torch.tensor([[1, 3, -1, -1]]), torch.tensor([10]), tree)
+    assert features.fed.tolist() == [[True, True, True, False, True]]
+    assert features.index[features.fed].tolist() == [8, 9, 10, 11]
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_a_one_child_tree_drafts_what_the_chain_drafts_on_more_prompts(feature_target, heads, seed):  # noqa: F811
+    ids, _ = tiny_models.prompts(1, seed=seed)
+    histograms = []
+    for gamma in (2, TreeDraftPolicy(top_k=1, max_depth=2, max_nodes=2)):
+        stats = hf_specdec.SpeculativeStats()
+        feature_target.generate(ids, do_sample=False, max_new_tokens=40, drafter=FeatureDrafter(heads["eagle1"]),
+                                gamma=gamma, stats=stats)
+        histograms.append(stats.histogram.tolist())
+    assert histograms[0] == histograms[1]
