@@ -320,10 +320,10 @@ class TreeDraftPolicy(DraftPolicy):
     drafter's probabilities along the path), each into its `top_k` most probable children, `max_depth`
     levels deep; keep the `max_nodes` best drafted nodes; the target verifies all of them in one forward.
 
-    Runs with model drafters (a causal LM as `drafter=`) and prompt lookup (several earlier occurrences as
-    branches; `top_k` = branches), greedy or sampled, alone or in padded batches (`hf_specdec.tree_loop`);
-    with other drafters (the feature head) a call raises `UnsupportedTreeError` before any forward (it never
-    falls back to a chain silently). See docs/trees.md.
+    Runs with every shipped drafter: a causal LM, an EAGLE feature head (both EAGLE-2 trees) and prompt
+    lookup (several earlier occurrences as branches; `top_k` = branches), greedy or sampled, alone or in
+    padded batches (`hf_specdec.tree_loop`); a drafter whose session does not draft trees is refused with
+    `UnsupportedTreeError` before any forward (never a silent chain). See docs/trees.md.
 
     Args:
         top_k: children per expanded node, and nodes expanded per depth (>= 1).

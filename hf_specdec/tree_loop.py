@@ -98,8 +98,8 @@ def tree_decode(
     session = drafter.start(model, input_ids.shape[0], input_ids.device)
     if not session.drafts_trees:
         raise UnsupportedTreeError(
-            f"{type(drafter).__name__} drafts chains only; draft trees come from a model drafter (a causal LM passed "
-            f"as drafter=) or prompt lookup so far. Pass gamma={policy.max_depth} (a chain) with this drafter."
+            f"{type(drafter).__name__} drafts chains only (its session's drafts_trees is False); hf_specdec's model, "
+            f"feature-head and prompt-lookup drafters draft trees. Pass gamma={policy.max_depth} (a chain) with this drafter."
         )
     session.check_trees()
     feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
