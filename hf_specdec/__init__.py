@@ -21,11 +21,12 @@ from hf_specdec.errors import (
     UnsupportedGenerationError,
     UnknownQuantizationError,
     UnsupportedModelError,
+    UnsupportedTreeError,
     VocabMismatchError,
 )
 from hf_specdec.loading import load_drafter
 from hf_specdec.loop import SpeculativeDecoderOnlyOutput
-from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy, TreeDraftPolicy
 from hf_specdec.stats import SpeculativeStats
 
 
@@ -59,9 +60,11 @@ __all__ = [
     "SpeculativeError",
     "SpeculativeStats",
     "TokenizerMismatchError",
+    "TreeDraftPolicy",
     "UnknownQuantizationError",
     "UnsupportedGenerationError",
     "UnsupportedModelError",
+    "UnsupportedTreeError",
     "VocabMismatchError",
     "install",
     "is_installed",

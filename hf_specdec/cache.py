@@ -20,11 +20,14 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, ge
 
 from hf_specdec.compat import feeds_positions, forward_parameters
 from hf_specdec.errors import UnsupportedModelError
+from hf_specdec import tree as trees
 
 #: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
 MASKABLE = ("full_attention", "sliding_attention", "chunked_attention")
 #: transformers' mask builders that apply a window; a windowed model's own code calls one of them.
 WINDOW_MASK_BUILDERS = ("create_sliding_window_causal_mask", "create_chunked_causal_mask")
+#: transformers' mask builders; a model that calls one passes a ready 4D mask (a draft tree's) through as is.
+MASK_BUILDERS = ("create_causal_mask", "create_masks_for_generate", *WINDOW_MASK_BUILDERS)
 
 
 @dataclass
@@ -41,6 +44,18 @@ class TargetFeatures:
     index: torch.Tensor  # [batch, width] long, buffer index of each column's token
     positions: torch.Tensor  # [batch, width] long, the token's position within its row
     fed: torch.Tensor  # [batch, width] bool, the column held one of the row's tokens
+
+
+@dataclass
+class TreeColumns:
+    """What `CachedModel.forward_tree` fed, per chunk column, with the requested hidden states: a committed
+    token (its buffer `index`, node -1) or a tree node (its node id, index -1)."""
+
+    hidden: torch.Tensor  # [batch, chunk, num_layers * hidden]
+    index: torch.Tensor  # [batch, chunk] long, buffer index of a committed token; -1 for nodes
+    nodes: torch.Tensor  # [batch, chunk] long, node id; -1 for committed tokens
+    positions: torch.Tensor  # [batch, chunk] long
+    fed: torch.Tensor  # [batch, chunk] bool
 
 
 @dataclass(frozen=True)
@@ -101,12 +116,17 @@ def attention_layout(model: PreTrainedModel) -> AttentionLayout:
 def _builds_window_masks(model: PreTrainedModel) -> bool:
     """Whether the code of the model (or of its base model) builds windowed masks with transformers' mask
     builders, so that a multi-token forward windows its attention the way its cache does."""
+    return _builds_masks(model, WINDOW_MASK_BUILDERS)
+
+
+def _builds_masks(model: PreTrainedModel, builders: tuple[str, ...]) -> bool:
+    """Whether the code of the model (or of its base model) calls one of transformers' mask `builders`."""
     for cls in (type(model), type(model.base_model)):
         try:
             source = inspect.getsource(sys.modules[cls.__module__])
         except (OSError, TypeError, KeyError):
             return True  # no source to read (compiled, or defined interactively): trust the cache layout
-        if any(builder in source for builder in WINDOW_MASK_BUILDERS):
+        if any(builder in source for builder in builders):
             return True
     return False
 
@@ -160,6 +180,7 @@ class CachedModel:
         self.position_masks = self.layout.windowed or (
             position_masks and model.config._attn_implementation in ("eager", "sdpa")
         )
+        self._tree = None  # [batch, width] tree node held by each column (-1: committed) while a tree awaits keep_paths
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [batch, width] live columns
         self.positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # [batch, width]
         self.num_cached = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch] tokens fed and kept
@@ -198,6 +219,7 @@ class CachedModel:
         feed different numbers of tokens. Chunk columns outside a row's range (before its first uncached
         token, or from `ends[b]` on) are masked and become invalid cache columns; their logits are junk.
         """
+        self._no_pending_tree()
         anchors = ends if anchors is None else anchors
         start = pad_lens + self.num_cached  # [batch] first uncached index per row
         width = max(int((anchors - start).max()), num_logits)
@@ -230,6 +252,16 @@ class CachedModel:
             inputs[name] = gathered.to(self.model_device)  # [batch, width, ...]
         if feature_layers:
             inputs["output_hidden_states"] = True
+        logits, outputs = self._run(inputs, num_logits)
+        features = None
+        if feature_layers:
+            hidden = torch.cat([outputs.hidden_states[layer] for layer in feature_layers], dim=-1)
+            features = TargetFeatures(hidden=hidden.to(self.device), index=index, positions=positions, fed=chunk_valid)
+        return logits, features
+
+    def _run(self, inputs: dict, num_logits: int):
+        """One forward of the model on prepared inputs: (logits of the last `num_logits` chunk columns,
+        [batch, n, vocab] float32 on the loop's device; the model's outputs)."""
         self.num_forwards += 1
         if self.vocab_subset is not None:
             outputs = self.model.base_model(**inputs)
@@ -242,19 +274,16 @@ class CachedModel:
                 inputs["logits_to_keep"] = num_logits
             outputs = self.model(**inputs)
             logits = outputs.logits[:, -num_logits:]
-        features = None
-        if feature_layers:
-            hidden = torch.cat([outputs.hidden_states[layer] for layer in feature_layers], dim=-1)
-            features = TargetFeatures(hidden=hidden.to(self.device), index=index, positions=positions, fed=chunk_valid)
-        return logits.to(device=self.device, dtype=torch.float32), features
+        return logits.to(device=self.device, dtype=torch.float32), outputs
 
-    def _position_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor):
+    def _position_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor, visible: torch.Tensor | None = None):
         """Additive [batch, 1, chunk, width_total] masks in the model's dtype, one per layer type (a dict) or
         one for all layers: a query sees a key when the key is live, not after the query, and inside the
         query's window, all counted in token positions (transformers counts cache slots, which equal
-        positions in plain generate(), where rows have no holes)."""
+        positions in plain generate(), where rows have no holes). `visible` [batch, chunk, width_total]
+        replaces "live and not after the query" (a tree: see `hf_specdec.tree.visible_keys`)."""
         keys, queries = self.positions[:, None, :], query_positions[:, :, None]  # [batch, 1, total], [batch, chunk, 1]
-        causal = self.valid[:, None, :] & (keys <= queries)  # [batch, chunk, total]
+        causal = self.valid[:, None, :] & (keys <= queries) if visible is None else visible  # [batch, chunk, total]
         # A padding query sees only itself: a fully masked row would make a NaN that reaches the values.
         itself = None
         if not bool(chunk_valid.all()):
@@ -286,6 +315,7 @@ class CachedModel:
         When every layer is windowed, tokens behind every future query's window are dropped too, so the
         cache stays within the window (plus slack) however long the rows grow.
         """
+        self._no_pending_tree()
         if not self.layout.bounded and bool((keep >= self.num_cached).all()):
             return  # nothing to drop (a plain step, or a drafter that sat out)
         self.valid &= self.positions < keep[:, None]
@@ -346,3 +376,143 @@ class CachedModel:
             )
         self.valid = self.valid.gather(1, order)
         self.positions = self.positions.gather(1, order)
+
+    # Draft trees (hf_specdec.tree): forwards over tree nodes, then keep each row's accepted path.
+
+    def check_trees(self) -> None:
+        """Raises UnsupportedModelError if this model cannot score a tree in one forward: its attention must
+        take 4D masks (eager or sdpa attention, masks built by transformers' mask builders, which pass a 4D
+        mask through) and it must take `position_ids` (siblings share a position, so positions cannot
+        come from the cache length)."""
+        name = type(self.model).__name__
+        if self.model.config._attn_implementation not in ("eager", "sdpa"):
+            raise UnsupportedModelError(
+                f"draft trees need 4D attention masks, which {name} with attn_implementation="
+                f"{self.model.config._attn_implementation!r} takes none of; load it with attn_implementation='sdpa' "
+                "(or 'eager'), or draft chains (gamma=an int)."
+            )
+        if "position_ids" not in inspect.signature(type(self.model).forward).parameters:  # the class's, not a wrapper's
+            raise UnsupportedModelError(
+                f"{name} takes no position_ids; the nodes of a draft tree share positions, which it cannot be told. "
+                "Draft chains with it (gamma=an int)."
+            )
+        if not feeds_positions(self.model):
+            raise UnsupportedModelError(
+                f"{name}'s forward is wrapped in a function whose signature hides position_ids from generate(), so plain "
+                "decoding lets it place tokens itself (counting padding), which a tree's shared positions cannot "
+                "match; wrap forward with functools.wraps, or draft chains (gamma=an int)."
+            )
+        if not _builds_masks(self.model, MASK_BUILDERS):
+            raise UnsupportedModelError(
+                f"{name} builds its attention masks itself, not with transformers' mask builders, so it cannot be "
+                "given a draft tree's 4D mask. Draft chains with it (gamma=an int)."
+            )
+
+    @property
+    def tree_pending(self) -> bool:
+        """Tree nodes were fed and `keep_paths` has not resolved them yet."""
+        return self._tree is not None
+
+    @torch.no_grad()
+    def forward_tree(
+        self,
+        sequences: torch.Tensor,  # [batch, length] token buffer, left-padded
+        pad_lens: torch.Tensor,  # [batch] left padding of each row in `sequences`
+        lens: torch.Tensor,  # [batch] row b's committed tokens end here; the last one is its tree's root
+        tree: "trees.DraftTree",  # [batch, nodes]; the root's token is read from `sequences`
+        feed: torch.Tensor | None = None,  # [batch, m] ids of drafted nodes to feed, -1 none; None: all
+        feature_layers: tuple[int, ...] = (),
+        column_inputs: dict[str, torch.Tensor] | None = None,  # [batch, length, ...] laid out like `sequences`
+        node_inputs: dict[str, torch.Tensor] | None = None,  # [batch, nodes, ...] by node id
+    ):
+        """Feeds tree nodes, each at position `lens[b] - pad_lens[b] - 1 + depth`, attending to the row's live
+        committed tokens, its ancestors and itself (`tree.visible_keys`; windows in position space, as for
+        chains). The first forward of a tree first feeds each row's uncached committed tokens,
+        `sequences[b, pad_lens[b] + num_cached[b] : lens[b]]` (at least the root); later forwards of the
+        same tree (a drafter growing it level by level: `tree` then holds every node made so far, with the
+        same ids) feed only `feed`, whose ancestors must have been fed before or in the same call.
+
+        Returns logits [batch, 1 + m, vocab] float32 on a tree's first forward (the root's, then the fed
+        nodes'), [batch, m, vocab] on later ones; junk where feed is -1. With `feed=None` (all drafted
+        nodes) that is the logits at every node, in node order: what the target verifies.
+
+        Fed nodes stay in the cache, provisional, until `keep_paths` keeps the accepted ones; `forward`
+        and `rollback` refuse to run before it. Call `check_trees` once before the first.
+
+        Further model inputs per fed column (a feature head's features): `column_inputs` for the committed
+        tokens (as in `forward`), `node_inputs` for the nodes. With `feature_layers` (as in `forward`) the
+        return value is (logits, TreeColumns) with those hidden states for every fed column.
+        """
+        batch, num_nodes = tree.tokens.shape
+        if feed is None:
+            feed = torch.where(tree.valid[:, 1:], torch.arange(1, num_nodes, device=self.device), -1)
+        feed_valid = feed >= 0  # [batch, m]
+        feed_ids = feed.clamp_min(0)
+        first = self._tree is None
+        if first:
+            start = pad_lens + self.num_cached  # [batch] first uncached index per row
+            catch_up = lens - start  # [batch] committed tokens to feed, the root included
+            if bool((catch_up < 1).any()):
+                raise ValueError("forward_tree needs every row's root (its last committed token) uncached; roll back first.")
+            # The committed tokens right-aligned on one root column, then the fed nodes.
+            width = int(catch_up.max())
+            index = lens[:, None] - width + torch.arange(width, device=self.device)  # [batch, width] buffer index
+            fed = index >= start[:, None]  # [batch, width]
+            committed_tokens = sequences.gather(1, index.clamp_min(0))
+            committed_positions = (self.num_cached[:, None] + fed.long().cumsum(dim=1) - 1).clamp_min(0)
+            self.num_cached = self.num_cached + fed.sum(dim=1)
+            self._tree = torch.full_like(self.valid, -1, dtype=torch.long)  # [batch, width_total] node per column
+        else:
+            fed = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
+            index = committed_tokens = committed_positions = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
+        root_positions = lens - pad_lens - 1  # [batch] committed tokens before the root
+        node_positions = root_positions[:, None] + tree.depths().gather(1, feed_ids)  # [batch, m]
+        chunk_valid = torch.cat([fed, feed_valid], dim=1)  # [batch, chunk]
+        chunk = torch.cat([committed_tokens, tree.tokens.gather(1, feed_ids).clamp_min(0)], dim=1)
+        positions = torch.cat([committed_positions, torch.where(feed_valid, node_positions, root_positions[:, None])], dim=1)
+        chunk_nodes = torch.cat([torch.full_like(committed_tokens, -1), torch.where(feed_valid, feed, -1)], dim=1)
+
+        self.valid = torch.cat([self.valid, chunk_valid], dim=1)  # [batch, width_total]
+        self.positions = torch.cat([self.positions, positions], dim=1)
+        self._tree = torch.cat([self._tree, chunk_nodes], dim=1)
+        visible = trees.visible_keys(self.valid, self.positions, self._tree, positions, chunk_nodes, tree.ancestors())
+        inputs = {
+            "input_ids": chunk.to(self.model_device),
+            "attention_mask": self._position_masks(chunk_valid, positions, visible),
+            "position_ids": positions.to(self.model_device),
+            "past_key_values": self.cache,
+            "use_cache": True,
+        }
+        for name in set(column_inputs or {}) | set(node_inputs or {}):
+            parts = []
+            for values, where in (((column_inputs or {}).get(name), index), ((node_inputs or {}).get(name), feed_ids)):
+                if where.shape[1]:
+                    spread = where.clamp_min(0).reshape(*where.shape, *[1] * (values.dim() - 2)).expand(-1, -1, *values.shape[2:])
+                    parts.append(values.gather(1, spread))
+            inputs[name] = torch.cat(parts, dim=1).to(self.model_device)  # [batch, chunk, ...]
+        if feature_layers:
+            inputs["output_hidden_states"] = True
+        logits, outputs = self._run(inputs, feed.shape[1] + first)  # (the root's column and) the fed nodes'
+        if not feature_layers:
+            return logits
+        hidden = torch.cat([outputs.hidden_states[layer] for layer in feature_layers], dim=-1).to(self.device)
+        return logits, TreeColumns(hidden=hidden, index=torch.cat([index, torch.full_like(feed, -1)], dim=1),
+                                   nodes=chunk_nodes, positions=positions, fed=chunk_valid)
+
+    def keep_paths(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """Resolves the tree fed since the last `keep_paths`: the nodes on each row's accepted path (`path`
+        [batch, k] node ids, -1 padded, as `verify_tree_*` return it; `num_accepted` [batch] of them)
+        become committed tokens, every other fed node is masked. The kept columns need not be adjacent:
+        positions are explicit and masks are built in position space, and compaction (see `rollback`)
+        frees the masked columns. A path node must have been fed."""
+        nodes = self._tree  # [batch, width] node id per column, -1 committed
+        num_ids = max(int(nodes.max()) if nodes.numel() else 0, int(path.max()) if path.numel() else 0, 0) + 1
+        kept = torch.zeros(path.shape[0], num_ids, dtype=torch.bool, device=self.device)
+        kept.scatter_(1, path.clamp_min(0), path >= 0)  # [batch, ids] by node id
+        self.valid &= (nodes < 0) | kept.gather(1, nodes.clamp_min(0))
+        self.num_cached = self.num_cached + num_accepted
+        self._tree = None
+
+    def _no_pending_tree(self) -> None:
+        if self._tree is not None:
+            raise RuntimeError("a draft tree was fed and not resolved: call keep_paths() after forward_tree().")

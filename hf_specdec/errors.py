@@ -56,3 +56,7 @@ class UnknownQuantizationError(SpeculativeError, ValueError):
 
 class QuantizationBackendError(SpeculativeError, ImportError):
     """The package that implements the requested quantization is not installed or cannot run here."""
+
+
+class UnsupportedTreeError(UnsupportedGenerationError):
+    """Draft trees (`TreeDraftPolicy`) where the loop cannot run them yet; use a chain policy meanwhile."""

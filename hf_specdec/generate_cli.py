@@ -51,8 +51,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--gamma", type=_gamma, default=None,
-        help="tokens drafted per verification step; 'auto' adapts it per prompt to the acceptance; default: the "
-        "cost-aware policy, which measures this machine's forwards and drafts only as much as pays (0 when nothing does)",
+        help="tokens drafted per verification step; 'auto' adapts it per prompt to the acceptance; "
+        "'tree:TOP_K,MAX_DEPTH,MAX_NODES' drafts a tree (docs/trees.md); default: the cost-aware policy, which "
+        "measures this machine's forwards and drafts only as much as pays (0 when nothing does)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate per prompt (default: 128)")
     parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
@@ -89,10 +90,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def _gamma(text: str) -> int | str:
+def _gamma(text: str):
     if text == "auto" or text.isdigit():
         return text if text == "auto" else int(text)
-    raise argparse.ArgumentTypeError(f"expected a positive int or 'auto', got {text!r}")
+    if text.startswith("tree:"):  # tree:TOP_K,MAX_DEPTH,MAX_NODES
+        from hf_specdec.errors import InvalidGammaError
+        from hf_specdec.policy import TreeDraftPolicy
+
+        values = text[len("tree:") :].split(",")
+        if len(values) == 3 and all(value.isdigit() for value in values):
+            top_k, max_depth, max_nodes = map(int, values)
+            try:
+                return TreeDraftPolicy(top_k=top_k, max_depth=max_depth, max_nodes=max_nodes)
+            except InvalidGammaError as error:
+                raise argparse.ArgumentTypeError(str(error)) from None
+    raise argparse.ArgumentTypeError(
+        f"expected a positive int, 'auto' or 'tree:TOP_K,MAX_DEPTH,MAX_NODES' (a draft tree), got {text!r}"
+    )
 
 
 def _read_prompts(args: argparse.Namespace, parser_error) -> list[str]:

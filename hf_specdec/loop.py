@@ -16,7 +16,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from hf_specdec import calibration, compat
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter
-from hf_specdec.policy import DraftPolicy
+from hf_specdec.policy import DraftPolicy, TreeDraftPolicy
 from hf_specdec.processing import check_stopping, process_scores
 from hf_specdec.stats import SpeculativeStats
 from hf_specdec.verify import verify_greedy, verify_stochastic
@@ -77,6 +77,14 @@ def speculative_decode(
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     pad_lens = compat.left_padding(model_kwargs.get("attention_mask"), input_ids)  # [batch]
+    if isinstance(policy, TreeDraftPolicy):  # draft trees: their own loop, hf_specdec/tree_loop.py
+        from hf_specdec.tree_loop import tree_decode
+
+        return tree_decode(
+            model, input_ids, logits_processor, stopping_criteria, generation_config, streamer, drafter=drafter,
+            policy=policy, vocab_size=vocab_size, pad_lens=pad_lens, generator=generator, stats=stats,
+            cache=model_kwargs.get("past_key_values"),
+        )
     max_length = generation_config.max_length
     do_sample = generation_config.do_sample
     pad_token = generation_config._pad_token_tensor

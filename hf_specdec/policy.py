@@ -10,7 +10,7 @@ kept, so it cannot change what is generated, only how fast.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -335,3 +335,43 @@ class CostAwareSchedule(DraftSchedule):
 def _rate(accepted: int, rejected: int) -> float:
     """Per-token acceptance from counts of accepted drafts and rejections."""
     return accepted / (accepted + rejected) if accepted + rejected else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeDraftPolicy(DraftPolicy):
+    """Draft a tree per row and step instead of a chain (EAGLE-2's best-first tree, see `hf_specdec.tree`):
+    expand the root, then at each depth the `top_k` best nodes by path probability (the product of the
+    drafter's probabilities along the path), each into its `top_k` most probable children, `max_depth`
+    levels deep; keep the `max_nodes` best drafted nodes; the target verifies all of them in one forward.
+
+    Runs with every shipped drafter: a causal LM, an EAGLE feature head (both EAGLE-2 trees) and prompt
+    lookup (several earlier occurrences as branches; `top_k` = branches), greedy or sampled, alone or in
+    padded batches (`hf_specdec.tree_loop`); a drafter whose session does not draft trees is refused with
+    `UnsupportedTreeError` before any forward (never a silent chain). See docs/trees.md.
+
+    Args:
+        top_k: children per expanded node, and nodes expanded per depth (>= 1).
+        max_depth: drafted tokens on the longest path (>= 1); also the most tokens a step can accept.
+        max_nodes: drafted nodes kept per row (>= 1), the root (the last committed token) not counted.
+    """
+
+    top_k: int = 4
+    max_depth: int = 4
+    max_nodes: int = 16
+    max_gamma: int = field(default=0, init=False, repr=False)  # = max_depth (the most drafted tokens a step commits)
+    min_confidence: float = field(default=0.0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_int("top_k", self.top_k, 1)
+        _check_int("max_depth", self.max_depth, 1)
+        _check_int("max_nodes", self.max_nodes, 1)
+        object.__setattr__(self, "max_gamma", self.max_depth)
+        super().__post_init__()
+
+    def start(self, *args, **kwargs) -> "DraftSchedule":
+        from hf_specdec.errors import UnsupportedTreeError
+
+        # A guard: a loop that took this for a chain policy would draft chains of max_depth silently.
+        raise UnsupportedTreeError(
+            f"{self!r} is run by hf_specdec.tree_loop, not as a chain schedule; this loop does not draft trees."
+        )

@@ -32,6 +32,9 @@ class SpeculativeStats:
     )  # [rows, max_gamma + 1]
     target_forwards: int = 0
     drafter_forwards: int = 0
+    #: Draft trees (`TreeDraftPolicy`): tree_size_histogram[b, n] counts the steps in which row b's tree had n
+    #: drafted nodes (for a tree step, `drafted` counts its depth). Zero columns for chain calls.
+    tree_size_histogram: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 1, dtype=torch.long))  # [rows, max_nodes + 1]
 
     @classmethod
     def empty(cls, batch_size: int, max_gamma: int) -> "SpeculativeStats":
@@ -78,6 +81,33 @@ class SpeculativeStats:
         self.drafted_histogram = torch.cat([widen(self.drafted_histogram), widen(other.drafted_histogram)])
         self.target_forwards += other.target_forwards
         self.drafter_forwards += other.drafter_forwards
+        own, theirs = self._tree_sizes(len(self.drafted) - len(other.drafted)), other._tree_sizes()  # rows before the merge
+        sizes = max(own.shape[1], theirs.shape[1])
+        pad = lambda hist: torch.nn.functional.pad(hist, (0, sizes - hist.shape[1]))  # noqa: E731
+        self.tree_size_histogram = torch.cat([pad(own), pad(theirs)])
+
+    def record_tree(self, active: torch.Tensor, num_nodes: torch.Tensor, max_nodes: int) -> None:
+        """A tree step: row b (if `active[b]`) drafted a tree of `num_nodes[b]` nodes ([batch] long, the root
+        not counted), at most `max_nodes`."""
+        hist = self._tree_sizes()
+        if hist.shape[1] < max_nodes + 1:
+            hist = torch.nn.functional.pad(hist, (0, max_nodes + 1 - hist.shape[1]))
+        rows = torch.arange(len(active))
+        hist.index_put_((rows, num_nodes.cpu()), active.long().cpu(), accumulate=True)
+        self.tree_size_histogram = hist
+
+    def _tree_sizes(self, rows: int | None = None) -> torch.Tensor:
+        """tree_size_histogram with one row per row of the counters (`rows` of them; rows of chain calls: zeros)."""
+        rows = len(self.drafted) if rows is None else rows
+        hist = self.tree_size_histogram
+        if hist.shape[0] != rows:
+            hist = torch.zeros(rows, max(hist.shape[1], 1), dtype=torch.long)
+        return hist
+
+    @property
+    def tree_sizes(self) -> torch.Tensor:
+        """[max_nodes + 1] steps whose tree had exactly n drafted nodes, summed over rows (trees only)."""
+        return self._tree_sizes().sum(dim=0)
 
     @property
     def acceptance_rate(self) -> float:
@@ -130,4 +160,5 @@ class SpeculativeStats:
             "steps": self.steps.tolist(),
             "accepted_histogram": self.accepted_histogram.tolist(),
             "drafted_histogram": self.drafted_histogram.tolist(),
+            "tree_size_histogram": self._tree_sizes().tolist(),
         }

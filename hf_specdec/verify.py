@@ -15,6 +15,8 @@ Every row commits num_accepted + 1 tokens: its accepted drafts, then one recover
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 
@@ -150,3 +152,103 @@ def verify_stochastic(
     q_next = q_padded[rows, num_accepted]  # [batch, vocab]
     next_tokens = draw(residual_probs(p_next, q_next), generator)  # [batch]
     return _commit(draft_tokens, num_accepted, next_tokens), num_accepted
+
+
+class TreeVerdict(NamedTuple):
+    """What verifying one step's draft trees decided, per row.
+
+    committed: [batch, nodes] long; the first num_accepted[b] + 1 entries of row b are the tokens to commit
+        (the accepted path's tokens, then one recovered or bonus token), the rest are -1.
+    num_accepted: [batch] long, drafted nodes on the accepted path (its depth).
+    path: [batch, nodes] long, node ids of the accepted path from the root's child down (the root, node 0,
+        is not listed); -1 after num_accepted[b] entries.
+    """
+
+    committed: torch.Tensor
+    num_accepted: torch.Tensor
+    path: torch.Tensor
+
+
+def _tree_verdict(
+    node_tokens: torch.Tensor, path: torch.Tensor, num_accepted: torch.Tensor, next_tokens: torch.Tensor
+) -> TreeVerdict:
+    path_tokens = torch.where(path >= 0, node_tokens.gather(1, path.clamp_min(0)), -1)  # [batch, nodes]
+    committed = path_tokens.scatter(1, num_accepted[:, None], next_tokens[:, None])
+    return TreeVerdict(committed, num_accepted, path)
+
+
+def verify_tree_greedy(
+    node_tokens: torch.Tensor,  # [batch, nodes] node 0 = root (last committed token), -1 for padding
+    parents: torch.Tensor,  # [batch, nodes] parent node id, parents before children; -1 for root and padding
+    target_scores: torch.Tensor,  # [batch, nodes, vocab] processed target scores at every node
+) -> TreeVerdict:
+    """Greedy verification of a draft tree: the longest path from the root whose every token is the
+    target's argmax at its parent (unique: a node has one argmax, and its children distinct tokens), then
+    the target's argmax at the path's last node. A chain gives what `verify_greedy` gives."""
+    batch, num_nodes = node_tokens.shape
+    rows = torch.arange(batch, device=node_tokens.device)
+    target_tokens = target_scores.argmax(dim=-1)  # [batch, nodes]
+    at = torch.zeros(batch, dtype=torch.long, device=node_tokens.device)  # [batch] deepest accepted node
+    path = torch.full_like(node_tokens, -1)
+    num_accepted = torch.zeros_like(at)
+    # One pass in node order finds the path: a node's children all come after it.
+    for node in range(1, num_nodes):
+        hit = (parents[:, node] == at) & (node_tokens[:, node] == target_tokens[rows, at])  # [batch]
+        path[rows[hit], num_accepted[hit]] = node
+        num_accepted += hit
+        at = torch.where(hit, node, at)
+    return _tree_verdict(node_tokens, path, num_accepted, target_tokens[rows, at])
+
+
+def verify_tree_stochastic(
+    node_tokens: torch.Tensor,  # [batch, nodes] node 0 = root (last committed token), -1 for padding
+    parents: torch.Tensor,  # [batch, nodes] parent node id, parents before children; -1 for root and padding
+    target_probs: torch.Tensor,  # [batch, nodes, vocab] the target's processed distribution at every node
+    generator: torch.Generator | None = None,
+) -> TreeVerdict:
+    """Sampling verification of a draft tree whose children are deterministic proposals (a drafter's top-k,
+    prompt lookup's matches), SpecInfer's multi-step rule with one-point proposals (as EAGLE's
+    `evaluate_posterior` and SGLang's tree sampling do): at a node with target distribution p_1, try its
+    children x_1, x_2, ... in node order, accepting x_i with probability p_i(x_i), where p_{i+1} is p_i with
+    x_i set to 0 and renormalised; on acceptance continue at that child; when every child is rejected (or
+    the node has none) draw the step's last token from the last p_i. The token chosen at a node is then
+    distributed exactly as p_1 (trying x_i with p_i(x_i) is drawing from p_1 one candidate at a time), so
+    the committed tokens follow the target's distribution. Children drawn *at random* from the drafter
+    need the general rule (accept with min(1, p_i(x)/q(x)), residual norm(max(0, p_i - q))) instead.
+
+    Randomness: one uniform per drafted node (drawn at once, [batch, nodes - 1]), then one `draw`; a chain
+    therefore gives exactly what `verify_stochastic` gives with one-hot draft probabilities, and a tree of
+    the root alone what a plain step gives (generate()'s own draw).
+    """
+    batch, num_nodes = node_tokens.shape
+    device = target_probs.device
+    if num_nodes == 1:  # a plain step
+        return _tree_verdict(node_tokens, torch.full_like(node_tokens, -1), node_tokens.new_zeros(batch),
+                             sample(target_probs[:, 0], generator))
+    rows = torch.arange(batch, device=device)
+    draws = uniform((batch, num_nodes - 1), device, generator)  # [batch, nodes - 1], one per drafted node
+    at = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] deepest accepted node
+    residual = target_probs[:, 0].clone()  # [batch, vocab] p_i at `at`, unnormalised (rejected children zeroed)
+    mass = torch.ones(batch, dtype=residual.dtype, device=device)  # [batch] its sum (p_1: a distribution)
+    path = torch.full_like(node_tokens, -1)
+    num_accepted = torch.zeros_like(at)
+    for node in range(1, num_nodes):
+        tried = parents[:, node] == at  # [batch] node is a child of the deepest accepted node
+        if not bool(tried.any()):
+            continue
+        token = node_tokens[:, node].clamp_min(0)  # [batch]
+        # u < p_i(x) = residual(x) / mass, without dividing
+        accept = tried & (draws[:, node - 1] * mass < residual.gather(1, token[:, None]).squeeze(1))
+        reject = tried & ~accept
+        residual[rows[reject], token[reject]] = 0.0
+        mass = torch.where(reject, residual.sum(dim=-1), mass)
+        residual = torch.where(accept[:, None], target_probs[:, node], residual)
+        mass = torch.where(accept, 1.0, mass)
+        path[rows[accept], num_accepted[accept]] = node
+        num_accepted += accept
+        at = torch.where(accept, node, at)
+    # The last p_i at the deepest accepted node: its residual, or p itself for the bonus token. As in
+    # `residual_probs`, an all-zero residual (rounding) falls back to p.
+    total = residual.sum(dim=-1, keepdim=True)
+    final = torch.where(total > 0, residual / total.clamp_min(torch.finfo(total.dtype).tiny), target_probs[rows, at])
+    return _tree_verdict(node_tokens, path, num_accepted, draw(final, generator))

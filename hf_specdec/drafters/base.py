@@ -72,10 +72,22 @@ class DraftSession(ABC):
 
     #: Forward passes of the drafter's model in this call (0 for model-free drafters).
     num_forwards: int = 0
+    #: Whether `propose_tree` drafts trees (`hf_specdec.TreeDraftPolicy`); a call with a tree policy and a
+    #: session without it is refused before any forward.
+    drafts_trees: bool = False
 
     @abstractmethod
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
         """Proposes up to `num_tokens[b]` ([batch] long) tokens after row b's current tokens."""
+
+    def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor):
+        """Proposes one draft tree per row (`hf_specdec.tree.DraftTree`, node 0 = the row's last token) shaped
+        by `policy` (a TreeDraftPolicy), at most `row_depth[b]` ([batch] long) deep. Sessions with
+        `drafts_trees` implement it."""
+        raise NotImplementedError(f"{type(self).__name__} drafts no trees.")
+
+    def check_trees(self) -> None:
+        """Raises UnsupportedModelError, before any forward, if this session's model cannot draft trees."""
 
     def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
         """After verification: the first `num_valid[b]` real tokens of row b are what the drafter saw when

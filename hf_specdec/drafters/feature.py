@@ -29,6 +29,7 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures
 from hf_specdec.drafters.model import ModelDraftSession
+from hf_specdec.tree import DraftTree, build_tree
 from hf_specdec.errors import IncompatibleDrafterError
 
 KINDS = ("eagle1", "eagle3")
@@ -179,11 +180,14 @@ class BoundHead(nn.Module):
         key, value = past_key_values.update(key, value, 0)
         seq, total = query.shape[2], key.shape[2]
         # Cache columns are in feeding order, so a column at or before the query's slot is not its future.
-        slots = torch.arange(total, device=key.device)
-        causal = slots[None, :] <= slots[total - seq :, None]  # [seq, total]
-        visible = attention_mask.bool()[:, None, None, :] & causal  # [batch, 1, seq, total]
-        mask = torch.zeros(visible.shape, dtype=query.dtype, device=query.device)
-        mask.masked_fill_(~visible, torch.finfo(query.dtype).min)  # additive: padding rows stay finite
+        if attention_mask.dim() == 4:  # a ready additive mask in position space (a draft tree's, CachedModel.forward_tree)
+            mask = attention_mask.to(query.dtype)
+        else:
+            slots = torch.arange(total, device=key.device)
+            causal = slots[None, :] <= slots[total - seq :, None]  # [seq, total]
+            visible = attention_mask.bool()[:, None, None, :] & causal  # [batch, 1, seq, total]
+            mask = torch.zeros(visible.shape, dtype=query.dtype, device=query.device)
+            mask.masked_fill_(~visible, torch.finfo(query.dtype).min)  # additive: padding rows stay finite
         attended = F.scaled_dot_product_attention(
             query, key, value, attn_mask=mask, enable_gqa=key.shape[1] != query.shape[1]
         )
@@ -282,6 +286,55 @@ class FeatureDraftSession(ModelDraftSession):
             self.features[rows, features.index[rows, cols]] = fused[rows, cols]
         keep = torch.minimum(self.exact_entries, num_valid)
         self.cached.rollback(torch.minimum(self.cached.num_cached, keep), slack=self.slack)
+
+    drafts_trees = True
+
+    def check_trees(self) -> None:
+        """The head's forward takes the 4D masks of `CachedModel.forward_tree` (BoundHead.forward)."""
+
+    def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor) -> DraftTree:
+        """EAGLE-2's tree from the head: the entry of a node is (the state the head predicted at its parent's
+        entry, the node's token), the root's (the target's state before the root, the root): exact, as in
+        chains. One head forward per depth, each node attending to the committed entries and its own path.
+        Before the target's first forward there is no state to read: the root alone (a plain step)."""
+        roots = ctx.sequences.gather(1, (ctx.lens - 1)[:, None]).squeeze(1)  # [batch]
+        if self.features is None:
+            return DraftTree.chain(roots[:, None])
+        self.exact_entries = ctx.lens - 1 - ctx.pad_lens
+        self._reserve(ctx.sequences.shape[1], self.features)
+        cached = self.cached
+        # The head's sequence is the buffer shifted by one: entry j holds (state j, token j + 1).
+        head_tokens, head_lens = ctx.sequences[:, 1:], ctx.lens - 1
+        # The root's entry is fed with the tree (rows that did not move on since the last step cached it).
+        cached.rollback(torch.minimum(cached.num_cached, head_lens - ctx.pad_lens - 1), slack=self.slack)
+        states = self.features.new_zeros(roots.shape[0], 1, self.features.shape[2])  # [batch, nodes, hidden] by node
+
+        def expand(candidates: DraftTree, frontier: torch.Tensor) -> torch.Tensor:
+            nonlocal states
+            if states.shape[1] < candidates.tokens.shape[1]:
+                states = torch.cat([states, states.new_zeros(states.shape[0], candidates.tokens.shape[1] - states.shape[1], states.shape[2])], dim=1)
+            if not cached.tree_pending:  # the committed entries, the root's last
+                logits, columns = cached.forward_tree(
+                    head_tokens, ctx.pad_lens, head_lens, candidates, feed=frontier[:, :0], feature_layers=(0,),
+                    column_inputs={"features": self.features},
+                )
+                states[:, 0] = columns.hidden[:, -1].to(states.dtype)
+            else:
+                parent_states = states.gather(1, candidates.parents.clamp_min(0)[:, :, None].expand(-1, -1, states.shape[2]))
+                logits, columns = cached.forward_tree(
+                    head_tokens, ctx.pad_lens, head_lens, candidates, feed=frontier, feature_layers=(0,),
+                    node_inputs={"features": parent_states},
+                )
+                fed = frontier >= 0
+                rows, slots = fed.nonzero(as_tuple=True)
+                states[rows, frontier[rows, slots]] = columns.hidden[rows, slots].to(states.dtype)
+            return logits[..., : ctx.vocab_size].softmax(dim=-1)
+
+        tree = build_tree(roots, expand, policy.top_k, policy.max_depth, policy.max_nodes, row_depth)
+        if cached.tree_pending:  # drop the nodes: their entries came from predicted states
+            cached.keep_paths(row_depth.new_zeros(row_depth.shape[0], 0), torch.zeros_like(row_depth))
+        self.slack = policy.top_k * policy.max_depth + 1
+        return tree
 
     def _reserve(self, length: int, like: torch.Tensor) -> None:
         """Makes the feature buffer at least `length` columns wide (it follows the loop's token buffer)."""

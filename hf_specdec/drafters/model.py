@@ -8,6 +8,7 @@ from transformers import PreTrainedModel
 from hf_specdec import compat
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures
+from hf_specdec.tree import DraftTree, build_tree
 from hf_specdec.verify import draw
 
 
@@ -87,3 +88,29 @@ class ModelDraftSession(DraftSession):
 
     def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
         self.cached.rollback(torch.minimum(self.cached.num_cached, num_valid), slack=self.slack)
+
+    drafts_trees = True
+
+    def check_trees(self) -> None:
+        self.cached.check_trees()
+
+    def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor) -> DraftTree:
+        """EAGLE-2's tree (`hf_specdec.tree.build_tree`) from this model's distributions: one forward for the
+        root (catching up on what the model has not seen), then one per depth over the frontier nodes, each
+        attending to its own path only. Children are ranked by the model's raw softmax: the children are
+        deterministic proposals, so which ones are drafted changes speed only, never what is generated.
+        The tree's columns are dropped from the cache afterwards (the accepted tokens are fed again with
+        the next step's root, in that step's first forward)."""
+        roots = ctx.sequences.gather(1, (ctx.lens - 1)[:, None]).squeeze(1)  # [batch]
+        cached = self.cached
+
+        def expand(candidates: DraftTree, frontier: torch.Tensor) -> torch.Tensor:
+            feed = frontier[:, :0] if not cached.tree_pending else frontier  # the first forward: the root's
+            logits = cached.forward_tree(ctx.sequences, ctx.pad_lens, ctx.lens, candidates, feed=feed)
+            return logits[..., : ctx.vocab_size].softmax(dim=-1)  # [batch, width, vocab]
+
+        tree = build_tree(roots, expand, policy.top_k, policy.max_depth, policy.max_nodes, row_depth)
+        if cached.tree_pending:
+            cached.keep_paths(row_depth.new_zeros(row_depth.shape[0], 0), torch.zeros_like(row_depth))
+        self.slack = policy.top_k * policy.max_depth + 1
+        return tree

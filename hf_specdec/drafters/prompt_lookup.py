@@ -1,7 +1,8 @@
 """Prompt lookup: drafts by copying what followed an earlier occurrence of the row's last n-gram.
 
 Contract: no model, no state; proposals are a deterministic function of each row's tokens so far
-(prompt and generated text), so `Draft.probs` is None and verification treats them as one-hot.
+(prompt and generated text), so `Draft.probs` is None and verification treats them as one-hot. With a
+`TreeDraftPolicy` several earlier occurrences give several branches of a tree.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from hf_specdec.drafters.base import Draft, DraftContext, StatelessDrafter
+from hf_specdec.tree import DraftTree
 
 
 def lookup_ngram(tokens: torch.Tensor, max_ngram_size: int, num_pred_tokens: int) -> torch.Tensor:
@@ -75,3 +77,71 @@ class PromptLookupDrafter(StatelessDrafter):
                 num_drafted[row] = proposal.shape[0]
         device = ctx.lens.device
         return Draft(tokens=tokens.to(device), num_drafted=num_drafted.to(device))
+
+    drafts_trees = True
+
+    def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor) -> DraftTree:
+        """Several earlier occurrences give several branches: up to `policy.top_k` distinct continuations
+        (`lookup_continuations`), `row_depth[b]` tokens long (at most `num_pred_tokens`), merged into a trie
+        of at most `policy.max_nodes` nodes. Deterministic proposals, as for chains."""
+        if self.num_pred_tokens is not None:
+            row_depth = row_depth.clamp_max(self.num_pred_tokens)
+        sequences, pad_lens, lens = ctx.sequences.cpu(), ctx.pad_lens.tolist(), ctx.lens.tolist()
+        rows = []
+        for row, depth in enumerate(row_depth.tolist()):
+            continuations = []
+            if depth > 0:
+                continuations = lookup_continuations(sequences[row, pad_lens[row] : lens[row]], self.max_ngram_size, depth, policy.top_k)
+            rows.append(trie(continuations, policy.max_nodes))
+        width = 1 + max(len(tokens) for tokens, _ in rows)
+        tokens = torch.full((len(rows), width), -1, dtype=torch.long)
+        parents = torch.full((len(rows), width), -1, dtype=torch.long)
+        tokens[:, 0] = sequences.gather(1, (ctx.lens.cpu() - 1)[:, None]).squeeze(1)  # the roots
+        for row, (row_tokens, row_parents) in enumerate(rows):
+            tokens[row, 1 : 1 + len(row_tokens)] = torch.tensor(row_tokens, dtype=torch.long)
+            parents[row, 1 : 1 + len(row_parents)] = torch.tensor(row_parents, dtype=torch.long)
+        device = ctx.lens.device
+        valid = (tokens >= 0).to(device)
+        return DraftTree(tokens=tokens.to(device), parents=parents.to(device), valid=valid)
+
+
+def lookup_continuations(tokens: torch.Tensor, max_ngram_size: int, length: int, max_branches: int) -> list[torch.Tensor]:
+    """Up to `max_branches` distinct continuations of `tokens` ([length] long), each `length` tokens (copied
+    LZ77-style as in `lookup_ngram`), from earlier occurrences of its last n-gram: the longest n that
+    matches first, most recent occurrence first, then shorter n-grams' occurrences while branches are
+    missing. The first is what `lookup_ngram` proposes."""
+    total = tokens.shape[0]
+    found: list[torch.Tensor] = []
+    for size in range(min(max_ngram_size, total - 1), 0, -1):
+        windows = tokens[: total - 1].unfold(0, size, 1)  # [total - size, size]
+        for match in reversed((windows == tokens[total - size :]).all(dim=1).nonzero().squeeze(1).tolist()):
+            start = match + size
+            source = start + torch.arange(length, device=tokens.device) % (total - start)
+            continuation = tokens[source]
+            if not any(torch.equal(continuation, seen) for seen in found):
+                found.append(continuation)
+            if len(found) == max_branches:
+                return found
+    return found
+
+
+def trie(continuations: list[torch.Tensor], max_nodes: int) -> tuple[list[int], list[int]]:
+    """The continuations merged into a tree below a root: (tokens, parents) of the drafted nodes, parents as
+    node ids (0 = the root, drafted nodes from 1), parents before children, a parent's children in the
+    order of the continuations that first reached them; at most `max_nodes` nodes (later continuations,
+    and the deep ends of earlier ones, are cut first... in the order they are reached)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    children: dict[tuple[int, int], int] = {}  # (parent, token) -> node
+    for continuation in continuations:
+        at = 0
+        for token in continuation.tolist():
+            node = children.get((at, token))
+            if node is None:
+                if len(tokens) == max_nodes:
+                    break
+                tokens.append(token)
+                parents.append(at)
+                node = children[(at, token)] = len(tokens)
+            at = node
+    return tokens, parents
