@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 CONTEXT = 128
 REPEATS = 5
 #: Scratch generate() calls that time whole loop steps: prompt tokens, steps per call, calls per draft length.
-LOOP_CONTEXT = 32
+LOOP_CONTEXT = CONTEXT  # as long as the forwards' context: attention over it grows with the width
 LOOP_STEPS = 8
 LOOP_ROUNDS = 2
 
@@ -185,7 +185,7 @@ def _fastest_ms(run, repeats: int = REPEATS) -> float:
 @torch.no_grad()
 def measure(
     target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
-    loop_steps: bool = True, vocab_size: int | None = None,
+    loop_steps: bool = True, vocab_size: int | None = None, generation_config=None,
 ) -> StepCosts:
     """Times target forwards of each width and the drafter's one-token step on scratch caches after
     CONTEXT random tokens (a warm-up of each first). The widths are timed in turns, REPEATS rounds, so a
@@ -234,7 +234,7 @@ def measure(
 
     draft()  # warm-up (and the drafter's own prefill)
     draft_ms = _fastest_ms(draft)
-    loop_ms = measure_loop_steps(target, drafter, batch_size, device, do_sample, vocab_size) if loop_steps else ()
+    loop_ms = measure_loop_steps(target, drafter, batch_size, device, do_sample, vocab_size, generation_config) if loop_steps else ()
     return StepCosts(draft_ms=draft_ms, target_ms=target_ms, loop_ms=loop_ms)
 
 
@@ -257,7 +257,7 @@ class _ClockedPolicy(DraftPolicy):
     num_drafts: int = 0
     schedules: list = field(default_factory=list)
 
-    def start(self, target, drafter, batch_size, device, max_new_tokens=None, do_sample=False, vocab_size=None) -> DraftSchedule:
+    def start(self, target, drafter, batch_size, device, *args, **kwargs) -> DraftSchedule:
         schedule = _ClockedSchedule(self.num_drafts, batch_size, device)
         self.schedules.append(schedule)
         return schedule
@@ -282,7 +282,8 @@ class _Vetted(Drafter):
 
 
 def measure_loop_steps(
-    target, drafter: Drafter, batch_size: int, device: torch.device, do_sample: bool, vocab_size: int | None = None
+    target, drafter: Drafter, batch_size: int, device: torch.device, do_sample: bool, vocab_size: int | None = None,
+    generation_config=None,
 ) -> dict[int, float]:
     """{0: ms, 1: ms}: whole steps of the decoding loop (draft, verify, process, commit, roll back, the
     drafter's catch-up) with 0 and 1 drafts per row, each the time between consecutive verifications of a
@@ -290,7 +291,7 @@ def measure_loop_steps(
     fastest of LOOP_ROUNDS calls, taken in turns like the forwards, after one warm-up call with a draft).
     Random drafts are rejected, so every step scores 1 + drafts tokens and commits one, as a useless
     drafter's would. `vocab_size`: the width the asking call's check agreed on (None: check here, without
-    tokenizers)."""
+    tokenizers); `generation_config`: the asking call's, so the scratch steps run its processors."""
     from hf_specdec.dispatch import generate_with_drafter  # the loop itself, as a user's call runs it
 
     if vocab_size is not None:
@@ -298,9 +299,9 @@ def measure_loop_steps(
     generator = torch.Generator().manual_seed(1)
     vocab = target.config.get_text_config().vocab_size
     input_ids = torch.randint(0, vocab, (batch_size, LOOP_CONTEXT), generator=generator).to(device)
-    # The target's own generation config (its processors, as a user's call gets them), one plain sampled or
-    # greedy sequence per row, no early stop.
-    config = copy.deepcopy(target.generation_config)
+    # The asking call's generation config (its processors), else the target's own; one plain sampled or greedy
+    # sequence per row, no early stop.
+    config = copy.deepcopy(generation_config if generation_config is not None else target.generation_config)
     config.update(max_new_tokens=LOOP_STEPS + 1, min_new_tokens=None, max_length=None, do_sample=do_sample,
                   num_beams=1, num_return_sequences=1, eos_token_id=None, stop_strings=None,
                   return_dict_in_generate=False, output_scores=False, output_logits=False)
@@ -335,9 +336,21 @@ def _cost_identity(drafter: Drafter):
     return drafter
 
 
-def _key(target, identity, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool) -> tuple:
+#: The generation-config fields that decide which processors a sampled step runs (and so what it costs).
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+                   "repetition_penalty", "no_repeat_ngram_size")
+
+
+def _sampling(do_sample: bool, generation_config) -> tuple:
+    """What of a call's decoding its costs depend on: greedy, or sampling with these processor settings."""
+    if not do_sample:
+        return (False,)
+    return (True, *(getattr(generation_config, name, None) for name in SAMPLING_FIELDS)) if generation_config else (True,)
+
+
+def _key(target, identity, batch_size: int, device: torch.device, widths: tuple[int, ...], sampling: tuple) -> tuple:
     dtype = next(target.parameters()).dtype
-    return (id(target), id(identity), str(device), str(dtype), batch_size, torch.get_num_threads(), widths, do_sample)
+    return (id(target), id(identity), str(device), str(dtype), batch_size, torch.get_num_threads(), widths, sampling)
 
 
 def _lookup(key: tuple, target, identity) -> StepCosts | None:
@@ -348,28 +361,35 @@ def _lookup(key: tuple, target, identity) -> StepCosts | None:
 
 
 def stored_costs(
-    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False
+    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
+    generation_config=None,
 ) -> StepCosts | None:
     """The StepCosts `step_costs` would return for these arguments if they were measured already, else
-    None; never times anything (for reports of what a call decided with)."""
+    None; never times anything (for reports of what a call decided with). Without `generation_config`, a
+    sampled setting matches whichever sampling settings were measured (the first stored)."""
     identity = _cost_identity(drafter)
+    key = _key(target, identity, batch_size, device, widths, _sampling(do_sample, generation_config))
     with _lock:
-        return _lookup(_key(target, identity, batch_size, device, widths, do_sample), target, identity)
+        if do_sample and generation_config is None:
+            key = next((k for k in _registry if k[:-1] == key[:-1] and k[-1][0]), key)
+        return _lookup(key, target, identity)
 
 
 def step_costs(
     target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
-    vocab_size: int | None = None,
+    vocab_size: int | None = None, generation_config=None,
 ) -> StepCosts:
     """The stored StepCosts for this pair and setting, measured on first use (see the module doc). `vocab_size`:
-    the width the asking call's compatibility check agreed on (with its tokenizers), for the scratch calls."""
+    the width the asking call's compatibility check agreed on (with its tokenizers), for the scratch calls;
+    `generation_config`: the call's, whose sampling processors the scratch calls run (part of the setting)."""
     identity = _cost_identity(drafter)
-    key = _key(target, identity, batch_size, device, widths, do_sample)
+    key = _key(target, identity, batch_size, device, widths, _sampling(do_sample, generation_config))
     with _lock:  # one thread measures, the others wait for its numbers instead of timing a busy machine
         costs = _lookup(key, target, identity)
         if costs is not None:
             return costs
-        costs = measure(target, drafter, batch_size, device, widths, do_sample, vocab_size=vocab_size)
+        costs = measure(target, drafter, batch_size, device, widths, do_sample, vocab_size=vocab_size,
+                        generation_config=generation_config)
         try:
             identity_ref = weakref.ref(identity)
         except TypeError:

@@ -113,7 +113,9 @@ def speculative_decode(
     session = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
     feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
     step_stats = SpeculativeStats.empty(batch, max_gamma)
-    schedule = policy.start(model, drafter, batch, device, max_new, do_sample, vocab_size)  # this call's draft lengths
+    schedule = policy.start(  # this call's draft lengths (and what it learns)
+        model, drafter, batch, device, max_new, do_sample, vocab_size, generation_config=generation_config
+    )
 
     def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return process_scores(logits_processor, sequences, lengths, scores, rows)

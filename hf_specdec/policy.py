@@ -47,10 +47,10 @@ class DraftPolicy:
 
     def start(
         self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None,
-        do_sample: bool = False, vocab_size: int | None = None,
+        do_sample: bool = False, vocab_size: int | None = None, generation_config=None,
     ) -> "DraftSchedule":
-        """This call's schedule (`target`, `drafter`, `max_new_tokens`, `do_sample` and `vocab_size`, the width
-        the call's compatibility check agreed on, are for policies that use them)."""
+        """This call's schedule (`target`, `drafter`, `max_new_tokens`, `do_sample`, `vocab_size` (the width the
+        call's compatibility check agreed on) and the call's `generation_config` are for policies that use them)."""
         return DraftSchedule(self, batch_size, device)
 
     def initial_lengths(self, batch_size: int, device: torch.device) -> torch.Tensor:
@@ -218,13 +218,13 @@ class CostAwareDraftPolicy(DraftPolicy):
 
     def start(
         self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None,
-        do_sample: bool = False, vocab_size: int | None = None,
+        do_sample: bool = False, vocab_size: int | None = None, generation_config=None,
     ) -> "CostAwareSchedule":
         from hf_specdec.calibration import step_costs
 
         costs = self.costs
         if costs is None:
-            costs = step_costs(target, drafter, batch_size, device, self.widths(), do_sample, vocab_size)
+            costs = step_costs(target, drafter, batch_size, device, self.widths(), do_sample, vocab_size, generation_config)
         return CostAwareSchedule(self, costs, batch_size, device, max_new_tokens)
 
 

@@ -500,3 +500,23 @@ def test_the_mask_timing_compares_both_styles(monkeypatch):
         readings = iter([two_d, two_d, four_d, four_d] * calibration.REPEATS)
         monkeypatch.setattr(calibration, "_time_ms", lambda run: run() or next(readings))
         assert calibration._time_mask_styles(half, 1, torch.device("cpu")) is expected
+
+
+def test_sampling_settings_are_part_of_the_setting_and_reach_the_scratch_calls(target, partial_drafter, counted_measurements, monkeypatch):
+    # The scratch loop steps run the asking call's processors: another temperature is another setting.
+    seen = []
+    original = calibration.measure_loop_steps
+
+    def recording(*args, **kwargs):
+        config = args[6] if len(args) > 6 else kwargs.get("generation_config")
+        seen.append(getattr(config, "temperature", None))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "measure_loop_steps", recording)
+    input_ids, mask = tiny_models.prompts(2, seed=42)
+    kwargs = dict(attention_mask=mask, do_sample=True, max_new_tokens=6, drafter=partial_drafter, top_k=0)
+    target.generate(input_ids, temperature=1.3, **kwargs)
+    target.generate(input_ids, temperature=0.7, **kwargs)
+    target.generate(input_ids, temperature=1.3, **kwargs)
+    assert counted_measurements == [2, 2]  # the third call reused the first's
+    assert seen == [1.3, 0.7]
