@@ -350,4 +350,8 @@ def test_the_demo_explains_every_difference_it_prints(monkeypatch):
     kinds = [demo.explain(Target(), Tok(), [1], [11], [12]) for _ in range(3)]
     assert [kind for kind, _ in kinds] == ["identical", "near-tie", "differs"]
     assert "new token 7" in kinds[1][1] and "0.0625" in kinds[1][1] and "near-tie" in kinds[1][1] and "bfloat16" in kinds[1][1]
-    assert "3.0000" in kinds[2][1] and "bug" in kinds[2][1]
+    assert "3.0000" in kinds[2][1] and "float32" in kinds[2][1] and "bug" not in kinds[2][1]  # half precision
+    fp32 = Target().float()
+    answers = iter([measure.Difference(7, 11, 12, 3.0)])
+    kind, sentence = demo.explain(fp32, Tok(), [1], [11], [12])
+    assert kind == "differs" and "bug" in sentence  # in float32 a difference beyond a near-tie is a bug
