@@ -36,7 +36,7 @@ CONTEXT = 128
 REPEATS = 5
 #: Scratch generate() calls that time whole loop steps: prompt tokens, steps per call, calls per draft length.
 LOOP_CONTEXT = CONTEXT  # as long as the forwards' context: attention over it grows with the width
-LOOP_STEPS = 8
+LOOP_STEPS = 6
 LOOP_ROUNDS = 2
 
 
@@ -288,7 +288,7 @@ def measure_loop_steps(
     """{0: ms, 1: ms}: whole steps of the decoding loop (draft, verify, process, commit, roll back, the
     drafter's catch-up) with 0 and 1 drafts per row, each the time between consecutive verifications of a
     scratch generate() call over LOOP_CONTEXT random tokens per row (the median of its LOOP_STEPS steps; the
-    fastest of LOOP_ROUNDS calls, taken in turns like the forwards, after one warm-up call with a draft).
+    fastest of LOOP_ROUNDS calls, taken in turns like the forwards).
     Random drafts are rejected, so every step scores 1 + drafts tokens and commits one, as a useless
     drafter's would. `vocab_size`: the width the asking call's check agreed on (None: check here, without
     tokenizers); `generation_config`: the asking call's, so the scratch steps run its processors."""
@@ -307,10 +307,8 @@ def measure_loop_steps(
                   return_dict_in_generate=False, output_scores=False, output_logits=False)
     rounds: dict[int, list[float]] = {0: [], 1: []}
     try:
-        for attempt in range(LOOP_ROUNDS + 1):  # the first call (one with drafts) warms up
+        for attempt in range(LOOP_ROUNDS):  # no warm-up call: the forwards above warmed up, and a median skips step 1
             for num_drafts, times in rounds.items():
-                if attempt == 0 and num_drafts == 0:
-                    continue
                 policy = _ClockedPolicy(max_gamma=1, num_drafts=num_drafts)
                 generate_with_drafter(
                     target, drafter, input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config,
@@ -318,7 +316,7 @@ def measure_loop_steps(
                 )
                 (schedule,) = policy.schedules
                 steps = [b - a for a, b in zip(schedule.times, schedule.times[1:])]
-                if attempt and steps:
+                if steps:
                     times.append(statistics.median(steps) * 1e3)
     except Exception as error:  # a scratch call our own setup made invalid: never fail the user's valid call for it
         logger.warning("hf_specdec: could not time loop steps (%s: %s); pricing drafts from timed forwards alone.",

@@ -442,7 +442,7 @@ def test_calibration_times_whole_loop_steps_through_generate(target, partial_dra
     calls = {}
     for call, k, _ in stats:  # a call's drafts per step (its last step has no room to draft)
         calls[call] = max(calls.get(call, 0), k)
-    assert sorted(calls.values()) == [0] * calibration.LOOP_ROUNDS + [1] * (calibration.LOOP_ROUNDS + 1)  # + warm-up
+    assert sorted(calls.values()) == [0] * calibration.LOOP_ROUNDS + [1] * calibration.LOOP_ROUNDS  # in turns
     assert max(rows for _, _, rows in stats) == 2
     # A call with accepted drafts takes fewer steps; every call takes at most LOOP_STEPS + 1.
     steps = [sum(1 for call, _, _ in stats if call == c) for c in calls]
