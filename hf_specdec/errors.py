@@ -51,3 +51,7 @@ class UnknownQuantizationError(SpeculativeError, ValueError):
 
 class QuantizationBackendError(SpeculativeError, ImportError):
     """The package that implements the requested quantization is not installed or cannot run here."""
+
+
+class HeldOutLeakError(SpeculativeError, ValueError):
+    """A held-out evaluation's requests overlap the training data (shared token runs or Magpie seeds)."""

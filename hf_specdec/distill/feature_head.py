@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 import torch
@@ -276,13 +276,24 @@ def train_feature_head(
     return losses
 
 
+COVERAGE_KS = (1, 2, 4, 8)
+
+
 @dataclass
 class DepthAgreement:
     """How often the head's greedy draft at each depth is the target's greedy token, given the drafts
-    before it were (the per-token acceptance of greedy speculative decoding), on teacher-forced records."""
+    before it were (the per-token acceptance of greedy speculative decoding), on teacher-forced records.
+
+    `alpha_gamma1` is the on-path acceptance at gamma = 1 (accepted / drafted along the target's greedy
+    response, as the loop counts it: the first response token comes from the prefill and a token after
+    an accepted draft is the bonus, so neither is drafted); `coverage[k]` the share of depth-1 positions
+    whose target token is among the head's k highest scores (what a draft tree of width k can hit).
+    """
 
     per_depth: list[float]  # depth 1..k: P(draft k == target's | drafts < k were)
     positions: int  # anchors scored at depth 1
+    alpha_gamma1: float = float("nan")
+    coverage: dict[int, float] = field(default_factory=dict)
 
     def tokens_per_step(self, gamma: int) -> float:
         """Expected tokens a greedy step commits at `gamma` drafts: 1 + a1 + a1 a2 + ..."""
@@ -298,20 +309,34 @@ class DepthAgreement:
 
 @torch.no_grad()
 def evaluate_feature_head(
-    head: FeatureHead, target, records: Sequence[Record], store: FeatureStore, depth: int = 4, batch_size: int = 8
+    head: FeatureHead, target, records: Sequence[Record], store: FeatureStore, depth: int = 4, batch_size: int = 8,
+    max_new_tokens: int | None = None,
 ) -> DepthAgreement:
     """DepthAgreement over the response positions of `records`: the target's greedy token at each position
-    (from its stored final state, so it is the fp32 target's own choice) against the head's drafts."""
+    (from its stored final state, so it is the fp32 target's own choice) against the head's drafts.
+
+    `max_new_tokens`: the cap the responses were generated with; a response that reached it had its last
+    token made by a plain target step in the loop (a step drafts at most one token fewer than it may
+    still emit), so that token is not counted as drafted at gamma = 1.
+    """
+    from .evaluate import simulate_acceptance, topk_hits
+
     head.eval()
     embed_weight = target.get_input_embeddings().weight.detach().float()
     label_weight = target.get_output_embeddings().weight.detach().float()
     draft_ids = head.draft_ids()
+    column = torch.full((label_weight.shape[0],), -1, dtype=torch.long)  # [vocab] target id -> head column
+    column[draft_ids if draft_ids is not None else torch.arange(label_weight.shape[0])] = torch.arange(
+        label_weight.shape[0] if draft_ids is None else len(draft_ids))
     final_layer = target.config.get_text_config().num_hidden_layers
     agreed = torch.zeros(depth)
     reached = torch.zeros(depth)
+    covered = torch.zeros(len(COVERAGE_KS), dtype=torch.long)
+    flags = []  # per record, [drafted positions] bool: depth-1 hits along the response, for gamma = 1
     usable = [record for record in records if record in store]
     for start in range(0, len(usable), batch_size):
-        batch = make_batch(usable[start : start + batch_size], store, head.feature_layers_for(final_layer), final_layer)
+        chunk = usable[start : start + batch_size]
+        batch = make_batch(chunk, store, head.feature_layers_for(final_layer), final_layer)
         states = unrolled_states(head, lambda ids: F.embedding(ids, embed_weight), batch, depth)
         alive = None
         for k, state in enumerate(states):
@@ -319,14 +344,26 @@ def evaluate_feature_head(
             seq = mask.shape[1]
             shifted = torch.cat([batch.final[:, k + 1 :], batch.final.new_zeros(batch.final.shape[0], k, batch.final.shape[2])], 1)
             target_token = (shifted[:, :seq] @ label_weight.T).argmax(-1)  # [batch, seq] target ids
-            draft = _scores(head, state, label_weight if draft_ids is None else None).argmax(-1)
+            scores = _scores(head, state, label_weight if draft_ids is None else None)  # [batch, seq, draft]
+            draft = scores.argmax(-1)
             if draft_ids is not None:
                 draft = draft_ids[draft]
             hit = draft == target_token
+            if k == 0:
+                covered += topk_hits(scores[mask], column[target_token[mask]], COVERAGE_KS)
+                for row, record in enumerate(chunk):
+                    # Anchor p predicts token p + 2; the loop drafts from the second response token on.
+                    first, stop = record.prompt_len - 1, len(record.ids) - 2
+                    if max_new_tokens is not None and record.response_len >= max_new_tokens:
+                        stop -= 1
+                    flags.append(hit[row, first:stop][mask[row, first:stop]])
             # Depth k counts anchors whose response continues k + 1 tokens and whose earlier drafts all hit.
             scored = mask if alive is None else mask & alive
             reached[k] += scored.sum()
             agreed[k] += (scored & hit).sum()
             alive = hit if alive is None else alive & hit
     per_depth = (agreed / reached.clamp_min(1)).tolist()
-    return DepthAgreement(per_depth=per_depth, positions=int(reached[0]))
+    on_path = simulate_acceptance(flags, gamma=1)
+    coverage = {k: float(hits) / max(int(reached[0]), 1) for k, hits in zip(COVERAGE_KS, covered.tolist())}
+    return DepthAgreement(per_depth=per_depth, positions=int(reached[0]), alpha_gamma1=on_path.acceptance_rate,
+                          coverage=coverage)

@@ -63,7 +63,6 @@ def extract_features(
         if key not in done:
             todo.setdefault(key, record)
     keys = list(todo)
-    device = next(target.parameters()).device
     pending: dict[str, torch.Tensor] = {}
 
     def flush() -> None:
@@ -75,31 +74,49 @@ def extract_features(
         (directory / MANIFEST).write_text(json.dumps(manifest))
         pending.clear()
 
-    bar = tqdm(total=sum(len(record.ids) for record in todo.values()), desc="target features", unit="tok",
+    for key, states in _hidden_states([todo[key] for key in keys], target, layers, batch_tokens, progress):
+        pending[key] = states.to(torch.float16).contiguous()
+        if sum(value.shape[0] for value in pending.values()) >= shard_tokens:
+            flush()
+    flush()
+    return directory
+
+
+def _hidden_states(records: Sequence[Record], target, layers: Sequence[int], batch_tokens: int, progress: bool):
+    """Yields (record_key, [tokens, len(layers), hidden] in the target's dtype, on the CPU) per record."""
+    device = next(target.parameters()).device
+    bar = tqdm(total=sum(len(record.ids) for record in records), desc="target features", unit="tok",
                disable=not progress)
-    for group in length_batches([todo[key] for key in keys], batch_tokens):
-        batch = [todo[keys[i]] for i in group]
+    for group in length_batches(records, batch_tokens):
+        batch = [records[i] for i in group]
         input_ids, attention_mask = right_padded(batch)  # [batch, width]
         hidden_states = target.model(
             input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), output_hidden_states=True
         ).hidden_states
         stacked = torch.stack([hidden_states[layer] for layer in layers], dim=2)  # [batch, width, layers, hidden]
-        for row, (i, record) in enumerate(zip(group, batch)):
-            pending[keys[i]] = stacked[row, : len(record.ids)].to(torch.float16).cpu().contiguous()
+        for row, record in enumerate(batch):
+            yield record_key(record), stacked[row, : len(record.ids)].cpu()
         bar.update(sum(len(record.ids) for record in batch))
-        if sum(value.shape[0] for value in pending.values()) >= shard_tokens:
-            flush()
-    flush()
     bar.close()
-    return directory
+
+
+@torch.inference_mode()
+def features_in_memory(target, records: Sequence[Record], layers: Sequence[int], *, batch_tokens: int = 2048,
+                       progress: bool = False) -> "FeatureStore":
+    """A FeatureStore of `records` held in memory at the target's own precision (no float16 rounding):
+    for evaluations small enough to recompute, so a measurement never depends on a stale store."""
+    store = FeatureStore(None)
+    store.layers = list(layers)
+    store.tensors = {key: states.clone() for key, states in _hidden_states(records, target, layers, batch_tokens, progress)}
+    return store
 
 
 class FeatureStore:
     """Reads what `extract_features` wrote: `store[record]` is [tokens, layers, hidden] float16."""
 
-    def __init__(self, directory: str | Path):
-        self.directory = Path(directory)
-        manifest = _manifest(self.directory)
+    def __init__(self, directory: str | Path | None):
+        self.directory = Path(directory) if directory is not None else None
+        manifest = _manifest(self.directory) if directory is not None else {}
         self.layers: list[int] = manifest.get("layers", [])
         self.tensors: dict[str, torch.Tensor] = {}
         for name in manifest.get("shards", {}):
