@@ -57,6 +57,7 @@ def stream_generate(
     batch_size: int = 32,
     sampling: Sampling = Sampling(),
     generator: torch.Generator | None = None,
+    generators: Sequence[torch.Generator] | None = None,
 ) -> Iterator[tuple[int, list[int], list[int]]]:
     """Yields (index, prompt ids, response ids) for every prompt, in the order rows finish; a response
     ends after its first end-of-sequence token or at `max_new_tokens`.
@@ -64,7 +65,9 @@ def stream_generate(
     A row that finishes takes the next prompt at once: the new prompts are prefilled in a forward of
     their own rows (a scratch cache), and their cache columns are spliced into the batch's
     (`CachedModel.splice`), so the running rows never compute a prompt's width. Tokens are drawn from
-    `generator` (or the global RNG) in step order, so a seeded run repeats.
+    `generator` (or the global RNG) in step order, so a seeded run repeats; with `generators` (one per
+    prompt, by index) each row draws from its prompt's own generator instead, so a prompt's response
+    depends on no other prompt's draws.
     """
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
     processors = sampling.processors()
@@ -77,12 +80,15 @@ def stream_generate(
     owner: list[tuple[int, list[int]] | None] = [None] * rows  # the prompt each row decodes
     cached = CachedModel(target, rows, torch.device("cpu"))
 
-    def pick(scores: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """[n] next tokens from raw logits [n, vocab]."""
+    def pick(scores: torch.Tensor, context: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """[n] next tokens of `rows` from their raw logits [n, vocab]."""
         if sampling.temperature <= 0:
             return scores.argmax(dim=-1)
         probs = processors(context, scores).softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        if generators is None:
+            return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        return torch.cat([torch.multinomial(probs[i], 1, generator=generators[owner[row][0]])
+                          for i, row in enumerate(rows)])
 
     def append(row: int, token: int):
         """Adds a token to a row; returns the finished (index, prompt, response) or None."""
@@ -119,7 +125,7 @@ def stream_generate(
         keep[free] = 0
         cached.rollback(keep, slack=max_new_tokens)  # the finished rows' columns go
         cached.splice(torch.tensor(free), scratch)
-        tokens = pick(logits[:, 0], scratch_ids)
+        tokens = pick(logits[:, 0], scratch_ids, free)
         return [done for row, token in zip(free, tokens.tolist()) if (done := append(row, token)) is not None]
 
     pending = fill(list(range(rows)))
@@ -132,7 +138,7 @@ def stream_generate(
         ends = cached.num_cached.clone()
         ends[live] = lens[live]  # live rows feed their last token; the others nothing
         logits, _ = cached.forward(sequences, torch.zeros_like(lens), ends, 1)
-        tokens = pick(logits[live, 0], sequences[live, : int(lens.max())])
+        tokens = pick(logits[live, 0], sequences[live, : int(lens.max())], live)
         pending = [done for row, token in zip(live, tokens.tolist()) if (done := append(row, token)) is not None]
         free = [row for row, item in enumerate(owner) if item is None]
         if free:

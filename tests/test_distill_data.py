@@ -1,0 +1,76 @@
+"""Magpie data generation (issue 25): every item is a function of (seed, item), so a run interrupted
+anywhere and resumed writes the same file, byte for byte, as one that never stopped; requests come after
+the chat template's user prefix; settings that would change the items are refused on resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_specdec.distill.data import read_records
+from hf_specdec.distill.magpie_data import DataSettings, cpu_computes_bf16, generate_data
+import tiny_models
+
+# A system turn, then each message behind its role's word; the assistant's opening ends the prompt.
+CHAT = ("<s> w7 w8 </s> {% for m in messages %}<s> {{ 'w5' if m['role'] == 'user' else 'w6' }} {{ m['content'] }} "
+        "</s> {% endfor %}{% if add_generation_prompt %}<s> w6{% endif %}")
+
+
+def chat_tokenizer():
+    tokenizer = tiny_models.tokenizer()
+    tokenizer.chat_template = CHAT
+    return tokenizer
+
+SETTINGS = DataSettings(seed=3, chunk=5, max_new_tokens=12, max_request_tokens=16, min_request_chars=1,
+                        template_fraction=0.3)
+
+
+def make(path, items, settings=SETTINGS):
+    torch.set_num_threads(1)
+    return generate_data(tiny_models.llama(seed=0), chat_tokenizer(), path, items, settings=settings, batch_size=3, progress=False)
+
+
+def test_resumed_generation_writes_the_same_file_as_an_uninterrupted_run(tmp_path):
+    whole = make(tmp_path / "whole.jsonl", 20).read_bytes()
+    lines = [json.loads(line) for line in whole.decode().splitlines()]
+    assert [line["item"] for line in lines] == list(range(20)) and {line["seed"] for line in lines} == {3}
+    kinds = {line["kind"] for line in lines}
+    assert "template" in kinds and len(kinds - {"template"}) >= 3
+    assert any("ids" in line and line["kind"] != "template" for line in lines)  # requests the target wrote
+    records = read_records(tmp_path / "whole.jsonl")
+    assert {r.greedy for r in records} == {True, False} and len(records) == sum("ids" in line for line in lines)
+
+    part = tmp_path / "part.jsonl"
+    make(part, 10)  # stopped after two chunks
+    # ...then killed while writing the third: one whole line and a torn one.
+    with open(part, "ab") as f:
+        f.write(whole.splitlines(keepends=True)[10] + whole.splitlines(keepends=True)[11][:7])
+    make(part, 20)
+    assert part.read_bytes() == whole
+    make(part, 20)  # nothing left to do: nothing changes
+    assert part.read_bytes() == whole
+
+
+def test_other_settings_are_refused_on_resume_and_another_seed_makes_other_items(tmp_path):
+    path = make(tmp_path / "data.jsonl", 5)
+    with pytest.raises(ValueError, match="seed"):
+        make(path, 10, DataSettings(**{**SETTINGS.__dict__, "seed": 4}))
+    other = make(tmp_path / "other.jsonl", 5, DataSettings(**{**SETTINGS.__dict__, "seed": 4}))
+    assert other.read_bytes() != path.read_bytes()
+
+
+def test_requests_only_writes_magpie_requests_without_answers(tmp_path):
+    settings = DataSettings(**{**SETTINGS.__dict__, "requests_only": True, "seed": 1000})
+    lines = [json.loads(line) for line in make(tmp_path / "heldout.jsonl", 5, settings).read_text().splitlines()]
+    assert all("ids" not in line for line in lines) and any(line.get("prompt") for line in lines)
+    assert {line["kind"] for line in lines}.isdisjoint({"template", "follow-up"})
+
+
+def test_bf16_detection_reads_the_cpu_flags(tmp_path):
+    with_bf16, without = tmp_path / "a", tmp_path / "b"
+    with_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16\n")
+    without.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
+    assert cpu_computes_bf16(with_bf16) and not cpu_computes_bf16(without)
+    assert not cpu_computes_bf16(tmp_path / "missing")
