@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hf_specdec.distill.data import read_records
-from hf_specdec.distill.magpie_data import DataSettings, cpu_computes_bf16, generate_data
+from hf_specdec.distill.magpie_data import DataSettings, cpu_computes_bf16, generate_data, summarize
 import tiny_models
 
 # A system turn, then each message behind its role's word; the assistant's opening ends the prompt.
@@ -39,6 +39,9 @@ def test_resumed_generation_writes_the_same_file_as_an_uninterrupted_run(tmp_pat
     kinds = {line["kind"] for line in lines}
     assert "template" in kinds and len(kinds - {"template"}) >= 3
     assert any("ids" in line and line["kind"] != "template" for line in lines)  # requests the target wrote
+    summary = summarize(tmp_path / "whole.jsonl")
+    assert summary["total"]["kept"] + summary["total"]["skipped"] == 20
+    assert summary["total"]["response_tokens"] == sum(len(l["ids"]) - l["prompt_len"] for l in lines if "ids" in l)
     records = read_records(tmp_path / "whole.jsonl")
     assert {r.greedy for r in records} == {True, False} and len(records) == sum("ids" in line for line in lines)
 

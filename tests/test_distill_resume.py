@@ -91,3 +91,14 @@ def test_every_record_is_read_once_per_epoch_in_a_seeded_order():
         assert sorted(reads[7 * epoch : 7 * epoch + 7]) == list(range(7))
     assert reads[:7] != reads[7:14]  # a new order each epoch
     assert batch_indices(7, 3, 4, seed=5) == reads[12:15] and batch_indices(7, 3, 4, seed=6) != reads[12:15]
+
+
+def test_the_store_reads_records_from_disk_lazily_as_extracted(setup):
+    from hf_specdec.distill.features import features_in_memory
+
+    target, records, store = setup
+    fresh = FeatureStore(store.directory)
+    assert fresh.tensors == {} and len(fresh) == len(records)  # nothing read until asked for
+    in_memory = features_in_memory(target, records, [1, 2, 4])
+    for record in records:
+        assert torch.equal(fresh[record], in_memory[record].half())

@@ -27,6 +27,7 @@ def test_data_train_evaluate_commands_run_resume_and_refuse_leaks(target_dir, tm
     common = ["--target", str(target_dir), "--chunk", "5", "--batch-size", "4", "--max-new-tokens", "12",
               "--max-request-tokens", "24", "--template-fraction", "0", "--dtype", "float32", "--quiet"]
     assert main(["distill-data", *common, "--out", str(data), "--items", "20", "--seed", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"]["kept"] >= 4
     assert main(["distill-data", *common, "--out", str(heldout), "--items", "5", "--seed", "1000", "--requests-only"]) == 0
     lines = [json.loads(line) for line in data.read_text().splitlines()]
     assert len(lines) == 20 and sum("ids" in line for line in lines) >= 4

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 
 def _layers(text: str) -> list[int]:
@@ -182,7 +183,7 @@ def run_data(args: argparse.Namespace) -> int:
     """Handler of ``hf-specdec distill-data``."""
     import torch
 
-    from .magpie_data import DataSettings, cpu_computes_bf16, generate_data
+    from .magpie_data import DataSettings, cpu_computes_bf16, generate_data, summarize
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -193,9 +194,12 @@ def run_data(args: argparse.Namespace) -> int:
         sampled_fraction=args.sampled_fraction, template_fraction=args.template_fraction,
         requests_only=args.requests_only,
     )
+    started = time.monotonic()
     generate_data(target, tokenizer, args.out, args.items, settings=settings, batch_size=args.batch_size,
                   progress=not args.quiet)
-    print(json.dumps({"out": args.out, "dtype": dtype, "items": args.items}))
+    seconds = time.monotonic() - started
+    print(json.dumps({"out": args.out, "dtype": dtype, "items": args.items, "seconds_this_run": seconds,
+                      **summarize(args.out)}, indent=2))
     return 0
 
 

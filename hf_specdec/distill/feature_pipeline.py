@@ -164,7 +164,7 @@ def distill_feature_head(
         stores.append(FeatureStore(directory))
     store = stores[0]
     for other in stores[1:]:
-        store.tensors.update(other.tensors)
+        store.add(other)
     feature_minutes = (time.monotonic() - started) / 60
 
     # 4. Train, measuring and saving as it goes (a run stopped early leaves its last head, history and checkpoint).

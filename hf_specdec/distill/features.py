@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from .data import Record, length_batches, right_padded
@@ -112,18 +113,42 @@ def features_in_memory(target, records: Sequence[Record], layers: Sequence[int],
 
 
 class FeatureStore:
-    """Reads what `extract_features` wrote: `store[record]` is [tokens, layers, hidden] float16."""
+    """Reads what `extract_features` wrote: `store[record]` is [tokens, layers, hidden] float16.
+
+    Shards are opened lazily and memory-mapped (safetensors' `safe_open`), and a record's tensor is read
+    when asked for, so a store far larger than RAM trains (the page cache keeps what is hot). `tensors`
+    holds records kept in memory instead (`features_in_memory`).
+    """
 
     def __init__(self, directory: str | Path | None):
         self.directory = Path(directory) if directory is not None else None
         manifest = _manifest(self.directory) if directory is not None else {}
         self.layers: list[int] = manifest.get("layers", [])
         self.tensors: dict[str, torch.Tensor] = {}
-        for name in manifest.get("shards", {}):
-            self.tensors.update(load_file(str(self.directory / name)))
+        self._shard_of: dict[str, Path] = {
+            key: self.directory / name for name, keys in manifest.get("shards", {}).items() for key in keys
+        }
+        self._open: dict[Path, object] = {}
+
+    def add(self, other: "FeatureStore") -> None:
+        """Serve `other`'s records too (another corpus's store over the same layers)."""
+        if other.layers != self.layers:
+            raise ValueError(f"feature stores over other layers ({other.layers} and {self.layers}) cannot be merged.")
+        self.tensors.update(other.tensors)
+        self._shard_of.update(other._shard_of)
+
+    def __len__(self) -> int:
+        return len(self.tensors.keys() | self._shard_of.keys())
 
     def __contains__(self, record: Record) -> bool:
-        return record_key(record) in self.tensors
+        key = record_key(record)
+        return key in self.tensors or key in self._shard_of
 
     def __getitem__(self, record: Record) -> torch.Tensor:
-        return self.tensors[record_key(record)]
+        key = record_key(record)
+        if key in self.tensors:
+            return self.tensors[key]
+        shard = self._shard_of[key]
+        if shard not in self._open:
+            self._open[shard] = safe_open(str(shard), framework="pt")
+        return self._open[shard].get_tensor(key)

@@ -240,6 +240,21 @@ def generate_data(
     return path
 
 
+def summarize(path: str | Path) -> dict:
+    """Items, kept and skipped per kind, and response tokens of a data file (how the mix came out)."""
+    kinds: dict[str, dict[str, int]] = {}
+    for line in Path(path).read_text().splitlines():
+        obj = json.loads(line)
+        entry = kinds.setdefault(obj["kind"], {"kept": 0, "skipped": 0, "response_tokens": 0})
+        if "skipped" in obj:
+            entry["skipped"] += 1
+        else:
+            entry["kept"] += 1
+            entry["response_tokens"] += len(obj.get("ids", [])) - obj.get("prompt_len", 0)
+    total = {key: sum(entry[key] for entry in kinds.values()) for key in ("kept", "skipped", "response_tokens")}
+    return {"total": total, "kinds": kinds}
+
+
 def cpu_computes_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
     """Whether this CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16), from its /proc/cpuinfo flags: there
     a bf16 target generates faster than fp32; elsewhere bf16 is emulated and slower."""
