@@ -121,6 +121,13 @@ def test_on_path_alpha_at_gamma_1_is_what_the_loop_counts(tmp_path):
     assert result["alpha_gamma1"] == pytest.approx(accepted / drafted, abs=0)
     assert result["coverage"][1] == pytest.approx(result["per_depth"][0])  # top-1 is depth-1 agreement
     assert result["coverage"][1] <= result["coverage"][2] <= result["coverage"][4] <= result["coverage"][8]
+    # Kept answers are reused at the same cap and made again at another.
+    kept = tmp_path / "heldout.jsonl"
+    assert len(kept.read_text().splitlines()) == 3
+    again = evaluate_heldout(target, tokenizer, head, requests, [], max_new_tokens=24, responses=kept, progress=False)
+    assert again == result and len(kept.read_text().splitlines()) == 3
+    evaluate_heldout(target, tokenizer, head, requests, [], max_new_tokens=12, responses=kept, progress=False)
+    assert len(kept.read_text().splitlines()) == 6
     # A leaked request is refused before anything is generated.
     with pytest.raises(HeldOutLeakError):
         evaluate_heldout(target, tokenizer, head, requests[:1], [train_record(tokenizer, requests[0])], progress=False)

@@ -145,12 +145,12 @@ def evaluate_heldout(
     progress: bool = True,
 ) -> dict:
     """Check disjointness (raises HeldOutLeakError), answer `requests` greedily with the fp32 `target`
-    (kept in `responses` JSONL when given, so a rerun reuses them) and measure `head` along the answers.
+    (kept in `responses` JSONL when given, so a rerun at the same `max_new_tokens` reuses them) and measure
+    `head` along the answers.
 
     Returns:
         {"alpha_gamma1", "per_depth" (1..depth), "coverage" {1, 2, 4, 8}, "positions", "requests", ...}.
     """
-    from .data import read_records
     from .feature_head import evaluate_feature_head
     from .features import features_in_memory
     from .generation import Sampling, stream_generate
@@ -158,8 +158,11 @@ def evaluate_heldout(
     check_disjoint(tokenizer, requests, train_records, ngram)
     eos = eos_ids(target, tokenizer)
     by_prompt: dict[str, Record] = {}
-    if responses is not None and Path(responses).exists():
-        by_prompt = {r.prompt: r for r in read_records(responses, eos) if r.prompt is not None}
+    if responses is not None and Path(responses).exists():  # answers kept by an earlier run at the same cap
+        for line in Path(responses).read_text().splitlines():
+            obj = json.loads(line)
+            if obj.get("max_new_tokens") == max_new_tokens:
+                by_prompt[obj["prompt"]] = Record(obj["ids"], obj["prompt_len"], True, obj["prompt"])
     todo = [r for r in requests if r not in by_prompt]
     out = open(responses, "a") if responses is not None else None
     try:
@@ -171,7 +174,7 @@ def evaluate_heldout(
             by_prompt[record.prompt] = record
             if out is not None:
                 out.write(json.dumps({"ids": record.ids, "prompt_len": record.prompt_len, "greedy": True,
-                                      "prompt": record.prompt}) + "\n")
+                                      "prompt": record.prompt, "max_new_tokens": max_new_tokens}) + "\n")
                 out.flush()
     finally:
         if out is not None:
