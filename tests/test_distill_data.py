@@ -77,3 +77,17 @@ def test_bf16_detection_reads_the_cpu_flags(tmp_path):
     without.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
     assert cpu_computes_bf16(with_bf16) and not cpu_computes_bf16(without)
     assert not cpu_computes_bf16(tmp_path / "missing")
+
+
+def test_items_whose_prompt_would_leak_into_the_held_out_requests_are_skipped(tmp_path):
+    # The tiny tokenizer reads every English word as id 0, so a hand-written request is a run of zeros (the
+    # shortest, "Why do we have leap years?", 6 of them) and a template prompt of 6 or more words leaks it;
+    # the same items are kept when the filter is off.
+    kept = DataSettings(**{**SETTINGS.__dict__, "exclude_heldout": False, "template_fraction": 1.0})
+    filtered = DataSettings(**{**SETTINGS.__dict__, "template_fraction": 1.0})
+    on = [json.loads(line) for line in make(tmp_path / "on.jsonl", 10, filtered).read_text().splitlines()]
+    off = [json.loads(line) for line in make(tmp_path / "off.jsonl", 10, kept).read_text().splitlines()]
+    leaked = [i for i, line in enumerate(on) if line.get("skipped") == "shares a token run with a held-out request"]
+    assert 0 < len(leaked) < 10 and all("ids" in off[i] for i in leaked)
+    assert all(len(off[i]["prompt"].split()) >= 6 for i in leaked)
+    assert all(len(off[i]["prompt"].split()) < 6 for i in range(10) if i not in leaked)

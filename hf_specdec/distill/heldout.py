@@ -28,6 +28,7 @@ from hf_specdec.errors import HeldOutLeakError
 
 from .data import Record, encode_prompt, eos_ids
 from .generation import PLACEHOLDER, magpie_prefix
+from .heldout_requests import HELDOUT_REQUESTS
 
 NGRAM = 8
 
@@ -56,6 +57,33 @@ def _ngrams(ids: Sequence[int], n: int) -> set[tuple[int, ...]]:
     return {tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)}
 
 
+class LeakFilter:
+    """The token runs that would leak `requests` (token ids): every `ngram`-token run of each, or the whole
+    request when it is shorter. `find(prompt)` names the first request a prompt leaks, or None."""
+
+    def __init__(self, requests: Sequence[Sequence[int]], ngram: int = NGRAM):
+        self.runs: dict[tuple[int, ...], int] = {}
+        for index, ids in enumerate(requests):
+            for run in (_ngrams(ids, ngram) if len(ids) >= ngram else {tuple(ids)}):
+                self.runs.setdefault(run, index)
+        self.lengths = sorted({len(run) for run in self.runs})
+
+    def find(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...]] | None:
+        """(request index, shared run) for the first run of `prompt` that leaks a request, else None."""
+        prompt = list(prompt)
+        for n in self.lengths:
+            for i in range(len(prompt) - n + 1):
+                index = self.runs.get(tuple(prompt[i : i + n]))
+                if index is not None:
+                    return index, tuple(prompt[i : i + n])
+        return None
+
+
+def heldout_filter(tokenizer, requests: Sequence[str] = HELDOUT_REQUESTS, ngram: int = NGRAM) -> LeakFilter:
+    """A LeakFilter of `requests` (default: the hand-written ones) as the tokenizer's chat template holds them."""
+    return LeakFilter([request_ids(tokenizer, r) for r in requests], ngram)
+
+
 def find_leaks(
     requests: Sequence[Sequence[int]], train_prompts: Iterable[Sequence[int]], ngram: int = NGRAM
 ) -> dict[int, tuple[int, ...]]:
@@ -64,18 +92,14 @@ def find_leaks(
     A request of at least `ngram` tokens leaks when any of its `ngram`-token runs occurs in a training
     prompt; a shorter one when its whole token sequence does.
     """
-    wanted: dict[tuple[int, ...], int] = {}
-    for index, ids in enumerate(requests):
-        runs = _ngrams(ids, ngram) if len(ids) >= ngram else {tuple(ids)}
-        for run in runs:
-            wanted.setdefault(run, index)
-    lengths = sorted({len(run) for run in wanted})
+    leak_filter = LeakFilter(requests, ngram)
     leaks: dict[int, tuple[int, ...]] = {}
     for prompt in train_prompts:
         prompt = list(prompt)
-        for n in lengths:
-            for run in _ngrams(prompt, n):
-                index = wanted.get(run)
+        for n in leak_filter.lengths:
+            for i in range(len(prompt) - n + 1):
+                run = tuple(prompt[i : i + n])
+                index = leak_filter.runs.get(run)
                 if index is not None and index not in leaks:
                     leaks[index] = run
     return leaks

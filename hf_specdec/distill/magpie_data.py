@@ -7,7 +7,8 @@ prompts), whether its answer is greedy or sampled, and its own random generators
 request after its chat template's user prefix (Xu et al. 2024), then answers it through the template.
 Items are made `chunk` at a time (rows refilled continuously, `stream_generate`) and each chunk is
 appended to the JSONL in item order, one line per item (an item whose request did not end, or was
-too short, gets a line with "skipped"), so a restart cuts an unfinished chunk and continues: the file
+too short, or whose prompt shares a run of 8 tokens with a hand-written held-out request, gets a line with
+"skipped"), so a restart cuts an unfinished chunk and continues: the file
 equals an uninterrupted run's. The settings live in `<path>.meta.json`; resuming with other ones is
 refused. Every line records its "seed" and "item", so held-out requests can use seeds no training
 file records (`heldout.check_seeds`).
@@ -68,6 +69,7 @@ class DataSettings:
     temperature: float = 0.8
     top_p: float = 0.95
     requests_only: bool = False
+    exclude_heldout: bool = True  # skip items whose prompt shares 8 tokens with a hand-written held-out request
 
 
 def _derived_seed(seed: int, item: int, purpose: str) -> int:
@@ -157,7 +159,8 @@ def _answer(target, tokenizer, settings, items: list[_Item], eos: set[int], batc
             item.line = {"ids": ids + response, "prompt_len": len(ids), "greedy": greedy, "prompt": item.request}
 
 
-def _make_chunk(target, tokenizer, settings: DataSettings, items: list[_Item], eos: set[int], batch_size: int) -> list[dict]:
+def _make_chunk(target, tokenizer, settings: DataSettings, items: list[_Item], eos: set[int], batch_size: int,
+                leak_filter) -> list[dict]:
     # 1. Requests: the target writes them (a template item has its prompt already).
     for item in items:
         if item.template is not None:
@@ -176,6 +179,11 @@ def _make_chunk(target, tokenizer, settings: DataSettings, items: list[_Item], e
                 "follow-up answer")
     lines = []
     for item in items:
+        if leak_filter is not None and item.skipped is None:
+            prompt = item.line["ids"][: item.line["prompt_len"]] if item.line is not None else (
+                _prompt_ids(tokenizer, [{"role": "user", "content": item.request}]))
+            if leak_filter.find(prompt) is not None:
+                item.skipped = "shares a token run with a held-out request"
         head = {"item": item.item, "seed": settings.seed, "kind": item.kind}
         if item.skipped is not None:
             lines.append({**head, "skipped": item.skipped})
@@ -228,11 +236,16 @@ def generate_data(
     done = _resume_point(path, settings.chunk)
     eos = eos_ids(target, tokenizer)
     templates = build_prompts("train", 0)
+    leak_filter = None
+    if settings.exclude_heldout and not settings.requests_only:
+        from .heldout import heldout_filter
+
+        leak_filter = heldout_filter(tokenizer)
     bar = tqdm(total=items, initial=min(done, items), desc="magpie data", unit="item", disable=not progress)
     with open(path, "a") as out:
         for start in range(done, items, settings.chunk):
             chunk = [plan_item(settings, i, templates) for i in range(start, start + settings.chunk)]
-            lines = _make_chunk(target, tokenizer, settings, chunk, eos, batch_size)
+            lines = _make_chunk(target, tokenizer, settings, chunk, eos, batch_size, leak_filter)
             out.write("".join(json.dumps(line) + "\n" for line in lines))
             out.flush()
             bar.update(len(lines))
