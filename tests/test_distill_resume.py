@@ -102,3 +102,14 @@ def test_the_store_reads_records_from_disk_lazily_as_extracted(setup):
     in_memory = features_in_memory(target, records, [1, 2, 4])
     for record in records:
         assert torch.equal(fresh[record], in_memory[record].half())
+
+
+def test_live_features_serve_what_the_store_holds(setup):
+    from hf_specdec.distill.features import LiveFeatures
+
+    target, records, store = setup
+    live = LiveFeatures(target, store.layers)
+    for record in records:
+        assert record in live and live[record].dtype == torch.float16
+        # The records are all 26 tokens, so the store's batched forward had no padding: the same sums.
+        assert torch.equal(live[record], store[record])

@@ -35,7 +35,11 @@ def test_data_train_evaluate_commands_run_resume_and_refuse_leaks(target_dir, tm
     train = ["distill", "--kind", "feature", "--target", str(target_dir), "--out", str(head), "--data", str(data),
              "--no-generate", "--eval-set", "heldout", "--num-eval-prompts", "4", "--max-new-tokens", "12",
              "--vocab-size", "48", "--steps", "4", "--eval-every", "2", "--batch-size", "2", "--quiet"]
+    live = [*train, "--live-features", "--out", str(tmp_path / "head-live")]
+    assert main(live) == 0  # the target's states computed per batch: nothing stored beside the corpus
+    assert not data.with_name("data.jsonl.features").exists() and (tmp_path / "head-live" / "model.safetensors").exists()
     assert main(train) == 0
+    assert data.with_name("data.jsonl.features").exists()
     curve = json.loads((head / "learning_curve.json").read_text())
     assert [point["step"] for point in curve] == [2, 4]
     assert 0 < curve[0]["tokens_seen"] < curve[1]["tokens_seen"]

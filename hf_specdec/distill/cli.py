@@ -70,6 +70,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "this many steps (default: --eval-every)")
     parser.add_argument("--resume", action="store_true",
                         help="feature: continue from <out>-checkpoint.pt when it exists (rerun the same command)")
+    parser.add_argument("--live-features", action="store_true",
+                        help="feature: compute the target's states for each training batch instead of storing them "
+                        "beside each corpus (~4.6 KB a token for SmolLM2; slower steps, no disk)")
     parser.add_argument("--eval-set", choices=("templates", "heldout"), default="templates",
                         help="feature: measure on the tool's held-out templates, or on the hand-written chat requests "
                         "(refused if one leaks into the training prompts); the learning curve uses it (default: templates)")
@@ -261,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
             init_from=args.init_from, ttt_steps=args.ttt_steps, steps=args.steps, batch_size=args.batch_size or 8,
             lr=args.lr or 3e-4, max_minutes=args.max_minutes, eval_every=args.eval_every, gamma=args.gamma,
             seed=args.seed, progress=not args.quiet, checkpoint_every=args.checkpoint_every, resume=args.resume,
-            eval_set=args.eval_set,
+            eval_set=args.eval_set, live_features=args.live_features,
         )
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
         return 0

@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from .feature_head import build_feature_head, evaluate_feature_head, train_feature_head
-from .features import FeatureStore, extract_features
+from .features import FeatureStore, LiveFeatures, extract_features, features_in_memory
 from .model import select_vocab_subset
 from .pipeline import METRICS_FILE, prepare_data
 
@@ -100,6 +100,7 @@ def distill_feature_head(
     checkpoint_every: int | None = None,
     resume: bool = False,
     eval_set: str = "templates",
+    live_features: bool = False,
 ) -> dict:
     """Train an EAGLE feature head for a causal LM target and save it under `out_dir`.
 
@@ -116,6 +117,9 @@ def distill_feature_head(
             point of ``out_dir/learning_curve.json`` (and ``.png`` when matplotlib is installed).
         checkpoint_every: save ``<out_dir>-checkpoint.pt`` every this many steps (default: ``eval_every``).
         resume: continue from that checkpoint when it exists (without it, an existing one is refused).
+        live_features: compute the target's states for each training batch instead of storing them (for
+            corpora whose states do not fit the disk: ~4.6 KB a token for a 576-wide target; each step then
+            pays a target forward over its records).
         eval_set: "templates" (the tool's held-out templates and topics) or "heldout" (the hand-written
             chat requests, checked for leaks into the training prompts) for the measurements.
 
@@ -151,27 +155,31 @@ def distill_feature_head(
             vocab = select_vocab_subset(records, size, always=sorted(eos))
         head = build_feature_head(target, kind, draft_vocab=vocab)
 
-    # 3. The target's states over every record, stored once per corpus (resumable).
+    # 3. The target's states over every record: stored once per corpus (resumable), or computed per step.
     started = time.monotonic()
     layers = sorted({*head.feature_layers_for(num_layers), num_layers})
-    stores = []
-    # The records the data step read (the held-out ones: those measured on).
-    for path, part in [*zip(corpora, prepared.per_corpus), (eval_data, eval_records)]:
-        if not path.exists():
-            continue
-        directory = path.with_name(path.name + ".features")
-        extract_features(target, part, directory, layers, progress=progress)
-        stores.append(FeatureStore(directory))
-    store = stores[0]
-    for other in stores[1:]:
-        store.add(other)
+    if live_features:
+        train_store = LiveFeatures(target, layers)
+        eval_store = features_in_memory(target, eval_records, layers, progress=progress)
+    else:
+        stores = []
+        # The records the data step read (the held-out ones: those measured on).
+        for path, part in [*zip(corpora, prepared.per_corpus), (eval_data, eval_records)]:
+            if not path.exists():
+                continue
+            directory = path.with_name(path.name + ".features")
+            extract_features(target, part, directory, layers, progress=progress)
+            stores.append(FeatureStore(directory))
+        train_store = eval_store = stores[0]
+        for other in stores[1:]:
+            train_store.add(other)
     feature_minutes = (time.monotonic() - started) / 60
 
     # 4. Train, measuring and saving as it goes (a run stopped early leaves its last head, history and checkpoint).
     extra = {"history": []}
 
     def measure(step: int, losses: list[float], tokens_seen: int) -> None:
-        agreement = evaluate_feature_head(head, target, eval_records, store, depth=gamma, max_new_tokens=max_new_tokens)
+        agreement = evaluate_feature_head(head, target, eval_records, eval_store, depth=gamma, max_new_tokens=max_new_tokens)
         extra["history"].append({"step": step, "tokens_seen": tokens_seen, "loss": sum(losses[-50:]) / len(losses[-50:]),
                                  **agreement.as_dict(), "minutes": (time.monotonic() - started) / 60})
         save_feature_head(head, out_dir)
@@ -180,7 +188,7 @@ def distill_feature_head(
 
     started = time.monotonic()
     losses = train_feature_head(
-        head, target, records, store, steps=steps, batch_size=batch_size, ttt_steps=ttt_steps, lr=lr,
+        head, target, records, train_store, steps=steps, batch_size=batch_size, ttt_steps=ttt_steps, lr=lr,
         max_minutes=max_minutes, seed=seed, progress=progress, log_every=eval_every, on_log=measure,
         checkpoint=str(checkpoint_path), checkpoint_every=eval_every if checkpoint_every is None else checkpoint_every,
         resume=resume, extra_state=extra,
@@ -189,7 +197,7 @@ def distill_feature_head(
     train_minutes = (time.monotonic() - started) / 60
 
     # 5. Measure and save.
-    agreement = evaluate_feature_head(head, target, eval_records, store, depth=gamma, max_new_tokens=max_new_tokens)
+    agreement = evaluate_feature_head(head, target, eval_records, eval_store, depth=gamma, max_new_tokens=max_new_tokens)
     save_feature_head(head, out_dir)
     metrics = {
         **agreement.as_dict(),

@@ -152,3 +152,23 @@ class FeatureStore:
         if shard not in self._open:
             self._open[shard] = safe_open(str(shard), framework="pt")
         return self._open[shard].get_tensor(key)
+
+
+class LiveFeatures:
+    """Serves `store[record]` like a FeatureStore, computing the target's states for the record when asked
+    (a forward of the target; float16 like a stored shard, so training sees the same precision). Nothing
+    goes to disk: for corpora whose stored states would not fit it, at the price of a target forward per
+    record each time it is read."""
+
+    def __init__(self, target, layers: Sequence[int]):
+        self.target, self.layers = target, list(layers)
+
+    def __contains__(self, record: Record) -> bool:
+        return True
+
+    @torch.inference_mode()
+    def __getitem__(self, record: Record) -> torch.Tensor:
+        device = next(self.target.parameters()).device
+        hidden_states = self.target.model(input_ids=torch.tensor([record.ids], device=device),
+                                          output_hidden_states=True).hidden_states
+        return torch.stack([hidden_states[layer][0] for layer in self.layers], dim=1).to(torch.float16).cpu()
