@@ -91,3 +91,55 @@ def test_items_whose_prompt_would_leak_into_the_held_out_requests_are_skipped(tm
     assert 0 < len(leaked) < 10 and all("ids" in off[i] for i in leaked)
     assert all(len(off[i]["prompt"].split()) >= 6 for i in leaked)
     assert all(len(off[i]["prompt"].split()) < 6 for i in range(10) if i not in leaked)
+
+
+def test_a_growing_stream_with_per_prompt_options_decodes_each_prompt_as_if_alone():
+    from hf_specdec.distill.generation import RowOptions, Sampling, stream_generate
+
+    torch.set_num_threads(1)
+    target = tiny_models.llama(seed=0)
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, tiny_models.VOCAB, (n,), generator=generator).tolist() for n in (4, 9, 6, 5, 11, 7)]
+
+    def options(index):  # even: greedy, 10 tokens; odd: sampled from the prompt's own generator, 15 tokens
+        if index % 2 == 0:
+            return RowOptions(Sampling(), 10)
+        return RowOptions(Sampling(0.9, 0.95), 15, torch.Generator().manual_seed(100 + index))
+
+    queue = prompts[:3]  # the consumer adds prompt i + 3 when prompt i finishes, as magpie_data does
+    stream = _Growing(queue)
+    out = {}
+    for index, _, response in stream_generate(target, stream, eos_ids=[tiny_models.EOS], max_new_tokens=15,
+                                              batch_size=2, options=options):
+        out[index] = response
+        if index < 3:
+            queue.append(prompts[index + 3])
+    assert sorted(out) == list(range(6))
+    for index, prompt in enumerate(prompts):
+        alone = next(stream_generate(target, [prompt], eos_ids=[tiny_models.EOS], max_new_tokens=15, batch_size=1,
+                                     options=lambda _: options(index)))[2]
+        assert out[index] == alone, index
+        if index % 2 == 0:
+            expected = target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=10)[0, len(prompt) :].tolist()
+            expected = expected[: expected.index(tiny_models.EOS) + 1] if tiny_models.EOS in expected else expected
+            assert out[index] == expected, index
+    greedy_odd = [target.generate(torch.tensor([prompts[i]]), do_sample=False, max_new_tokens=15)[0, len(prompts[i]) :]
+                  .tolist() for i in range(1, 6, 2)]
+    assert any(out[i][:5] != g[:5] for i, g in zip(range(1, 6, 2), greedy_odd))  # the odd rows really sampled
+    assert max(len(out[i]) for i in range(0, 6, 2)) <= 10 < max(len(out[i]) for i in range(1, 6, 2))  # own caps
+
+
+class _Growing:
+    """An iterator over a list that may grow after it has run dry."""
+
+    def __init__(self, items):
+        self.items, self.next = items, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.next == len(self.items):
+            raise StopIteration
+        self.next += 1
+        return self.items[self.next - 1]

@@ -5,11 +5,12 @@ depends only on (seed, i): its kind (a free request, or one the target writes af
 such as "How do I" or "Rewrite this", a follow-up turn, or, for a minority, one of the tool's template
 prompts), whether its answer is greedy or sampled, and its own random generators. The target writes the
 request after its chat template's user prefix (Xu et al. 2024), then answers it through the template.
-Items are made `chunk` at a time (rows refilled continuously, `stream_generate`) and each chunk is
-appended to the JSONL in item order, one line per item (an item whose request did not end, or was
-too short, or whose prompt shares a run of 8 tokens with a hand-written held-out request, gets a line with
-"skipped"), so a restart cuts an unfinished chunk and continues: the file
-equals an uninterrupted run's. The settings live in `<path>.meta.json`; resuming with other ones is
+Items are made `chunk` at a time in one continuous stream (`stream_generate`: a finished request's
+answer, or a follow-up's second request, joins the running batch at once, so the batch stays full until
+the chunk's tail), and each chunk is appended to the JSONL in item order, one line per item (an item
+whose request did not end, or was too short, or whose prompt shares a run of 8 tokens with a
+hand-written held-out request, gets a line with "skipped"). A restart cuts an unfinished chunk and
+makes it again from the same state, so the file equals an uninterrupted run's. The settings live in `<path>.meta.json`; resuming with other ones is
 refused. Every line records its "seed" and "item", so held-out requests can use seeds no training
 file records (`heldout.check_seeds`).
 
@@ -30,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import build_prompts, encode_prompt, eos_ids
-from .generation import PLACEHOLDER, Sampling, magpie_prefix, stream_generate
+from .generation import PLACEHOLDER, RowOptions, Sampling, magpie_prefix, stream_generate
 
 # (kind, opening the target continues its request from, weight). "" lets it write freely (plain Magpie).
 KINDS: tuple[tuple[str, str, float], ...] = (
@@ -115,68 +116,73 @@ def _prompt_ids(tokenizer, messages: list) -> list[int]:
     return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
 
 
-def _write_requests(target, tokenizer, settings, items: list[_Item], eos: set[int], batch_size: int, purpose: str):
-    """Samples each item's user message (after `item.messages`' turns when it has any)."""
-    if not items:
-        return
-    prompts = []
-    for item in items:
-        prefix = magpie_prefix(tokenizer) if item.messages is None else _user_prefix(tokenizer, item.messages)
-        opening = tokenizer(item.opening, add_special_tokens=False)["input_ids"] if item.opening else []
-        prompts.append(prefix + opening)
-    generators = [_generator(settings.seed, item.item, purpose) for item in items]
-    for index, _, message in stream_generate(
-        target, prompts, eos_ids=eos, max_new_tokens=settings.max_request_tokens, batch_size=batch_size,
-        sampling=Sampling(settings.request_temperature, settings.request_top_p), generators=generators,
-    ):
-        item = items[index]
-        if not message or message[-1] not in eos:
-            item.skipped = f"{purpose} did not end within {settings.max_request_tokens} tokens"
-            continue
-        opening = tokenizer(item.opening, add_special_tokens=False)["input_ids"] if item.opening else []
-        text = tokenizer.decode(opening + message[:-1], skip_special_tokens=True).strip()
-        if len(text) < settings.min_request_chars:
-            item.skipped = f"{purpose} shorter than {settings.min_request_chars} characters"
-        else:
-            item.request = text
+class _Jobs:
+    """The chunk's work as one growing stream: a finished request adds its answer, a finished first answer
+    of a follow-up item adds its second request (see `stream_generate`: it asks again when rows are free)."""
 
+    def __init__(self):
+        self.jobs: list[tuple[str, _Item, list[int], RowOptions]] = []
+        self.started = 0
 
-def _answer(target, tokenizer, settings, items: list[_Item], eos: set[int], batch_size: int, purpose: str):
-    """Each item's answer to its messages so far plus its request: greedy or sampled, per item."""
-    for greedy in (True, False):
-        group = [item for item in items if item.greedy == greedy]
-        if not group:
-            continue
-        prompts = [_prompt_ids(tokenizer, [*(item.messages or []), {"role": "user", "content": item.request}])
-                   for item in group]
-        sampling = Sampling() if greedy else Sampling(settings.temperature, settings.top_p)
-        generators = [_generator(settings.seed, item.item, purpose) for item in group]
-        for index, ids, response in stream_generate(
-            target, prompts, eos_ids=eos, max_new_tokens=settings.max_new_tokens, batch_size=batch_size,
-            sampling=sampling, generators=generators,
-        ):
-            item = group[index]
-            item.line = {"ids": ids + response, "prompt_len": len(ids), "greedy": greedy, "prompt": item.request}
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[int]:
+        if self.started == len(self.jobs):
+            raise StopIteration  # for now: more may come
+        self.started += 1
+        return self.jobs[self.started - 1][2]
 
 
 def _make_chunk(target, tokenizer, settings: DataSettings, items: list[_Item], eos: set[int], batch_size: int,
                 leak_filter) -> list[dict]:
-    # 1. Requests: the target writes them (a template item has its prompt already).
+    jobs = _Jobs()
+
+    def add(purpose: str, item: _Item) -> None:
+        generator = _generator(settings.seed, item.item, purpose)
+        if purpose.endswith("request"):
+            prefix = magpie_prefix(tokenizer) if item.messages is None else _user_prefix(tokenizer, item.messages)
+            opening = tokenizer(item.opening, add_special_tokens=False)["input_ids"] if item.opening else []
+            options = RowOptions(Sampling(settings.request_temperature, settings.request_top_p),
+                                 settings.max_request_tokens, generator)
+            jobs.jobs.append((purpose, item, prefix + opening, options))
+        else:
+            prompt = _prompt_ids(tokenizer, [*(item.messages or []), {"role": "user", "content": item.request}])
+            sampling = Sampling() if item.greedy else Sampling(settings.temperature, settings.top_p)
+            jobs.jobs.append((purpose, item, prompt, RowOptions(sampling, settings.max_new_tokens, generator)))
+
+    # 1. Requests the target writes (a template item has its prompt already and goes straight to its answer).
     for item in items:
         if item.template is not None:
             item.request = item.template
-    _write_requests(target, tokenizer, settings, [i for i in items if i.template is None], eos, batch_size, "request")
-    if not settings.requests_only:
-        # 2. Answers; 3. a follow-up item then writes its second request after its first answer, and answers it.
-        _answer(target, tokenizer, settings, [i for i in items if i.request is not None], eos, batch_size, "answer")
-        follow = [i for i in items if i.kind == "follow-up" and i.line is not None]
-        for item in follow:
-            answer = tokenizer.decode(item.line["ids"][item.line["prompt_len"] :], skip_special_tokens=True).strip()
+            add("answer", item)
+        else:
+            add("request", item)
+    # 2. One stream for everything: each finished job adds the next one of its item.
+    cap = max(settings.max_new_tokens, settings.max_request_tokens)
+    for index, ids, output in stream_generate(target, jobs, eos_ids=eos, max_new_tokens=cap, batch_size=batch_size,
+                                              options=lambda index: jobs.jobs[index][3]):
+        purpose, item, _, _ = jobs.jobs[index]
+        if purpose.endswith("request"):
+            if not output or output[-1] not in eos:
+                item.skipped = f"{purpose} did not end within {settings.max_request_tokens} tokens"
+                continue
+            opening = tokenizer(item.opening, add_special_tokens=False)["input_ids"] if item.opening else []
+            text = tokenizer.decode(opening + output[:-1], skip_special_tokens=True).strip()
+            if len(text) < settings.min_request_chars:
+                item.skipped = f"{purpose} shorter than {settings.min_request_chars} characters"
+            else:
+                item.request = text
+                if not settings.requests_only:
+                    add("follow-up answer" if purpose == "follow-up request" else "answer", item)
+        elif item.kind == "follow-up" and purpose == "answer":
+            # 3. A follow-up item writes its second request after its own first answer, then answers that.
+            answer = tokenizer.decode(output, skip_special_tokens=True).strip()
             item.messages = [{"role": "user", "content": item.request}, {"role": "assistant", "content": answer}]
-            item.request, item.line = None, None
-        _write_requests(target, tokenizer, settings, follow, eos, batch_size, "follow-up request")
-        _answer(target, tokenizer, settings, [i for i in follow if i.request is not None], eos, batch_size,
-                "follow-up answer")
+            item.request = None
+            add("follow-up request", item)
+        else:
+            item.line = {"ids": ids + output, "prompt_len": len(ids), "greedy": item.greedy, "prompt": item.request}
     lines = []
     for item in items:
         if leak_filter is not None and item.skipped is None:
