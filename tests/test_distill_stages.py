@@ -60,3 +60,13 @@ def test_data_train_evaluate_commands_run_resume_and_refuse_leaks(target_dir, tm
     assert set(metrics["coverage"]) == {"1", "2", "4", "8"} or set(metrics["coverage"]) == {1, 2, 4, 8}
     with pytest.raises(HeldOutLeakError, match="seed"):  # requests made from the training data's seed
         main([*evaluate, "--magpie-requests", str(data)])
+
+
+def test_every_option_of_the_stage_commands_is_documented():
+    import argparse
+
+    from hf_specdec.distill.cli import add_data_parser, add_eval_parser
+
+    for add in (add_data_parser, add_eval_parser):
+        parser = add(argparse.ArgumentParser().add_subparsers())
+        assert [a.dest for a in parser._actions if a.dest != "help" and not a.help] == []
