@@ -54,6 +54,12 @@ def test_resumed_generation_writes_the_same_file_as_an_uninterrupted_run(tmp_pat
     assert part.read_bytes() == whole
     make(part, 20)  # nothing left to do: nothing changes
     assert part.read_bytes() == whole
+    # A time budget spent before the first chunk writes nothing; the next sitting goes on from there.
+    budget = tmp_path / "budget.jsonl"
+    generate_data(tiny_models.llama(seed=0), chat_tokenizer(), budget, 20, settings=SETTINGS, batch_size=3,
+                  max_minutes=0, progress=False)
+    assert budget.read_bytes() == b""
+    assert make(budget, 20).read_bytes() == whole
 
 
 def test_other_settings_are_refused_on_resume_and_another_seed_makes_other_items(tmp_path):

@@ -137,6 +137,8 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                         f"(default: {defaults.template_fraction})")
     parser.add_argument("--requests-only", action="store_true",
                         help="write the requests without answers (held-out Magpie requests for distill-eval)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="start no chunk after this many minutes (rerun the command to go on)")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                         help="the target's dtype for generation; auto: bfloat16 when the CPU computes it "
                         "(avx512_bf16 / amx_bf16 flags), else float32 (default: auto)")
@@ -199,7 +201,7 @@ def run_data(args: argparse.Namespace) -> int:
     )
     started = time.monotonic()
     generate_data(target, tokenizer, args.out, args.items, settings=settings, batch_size=args.batch_size,
-                  progress=not args.quiet)
+                  max_minutes=args.max_minutes, progress=not args.quiet)
     seconds = time.monotonic() - started
     print(json.dumps({"out": args.out, "dtype": dtype, "items": args.items, "seconds_this_run": seconds,
                       **summarize(args.out)}, indent=2))

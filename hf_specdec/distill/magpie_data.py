@@ -10,9 +10,9 @@ answer, or a follow-up's second request, joins the running batch at once, so the
 the chunk's tail), and each chunk is appended to the JSONL in item order, one line per item (an item
 whose request did not end, or was too short, or whose prompt shares a run of 8 tokens with a
 hand-written held-out request, gets a line with "skipped"). A restart cuts an unfinished chunk and
-makes it again from the same state, so the file equals an uninterrupted run's. The settings live in `<path>.meta.json`; resuming with other ones is
-refused. Every line records its "seed" and "item", so held-out requests can use seeds no training
-file records (`heldout.check_seeds`).
+makes it again from the same state, so the file equals an uninterrupted run's. The settings live in
+`<path>.meta.json`; resuming with other ones is refused. Every line records its "seed" and "item", so
+held-out requests can use seeds no training file records (`heldout.check_seeds`).
 
 Line keys: "ids" (prompt + response), "prompt_len", "greedy", "prompt" (the last user message), "kind",
 "item", "seed"; or "item", "seed", "kind", "skipped"; with `requests_only`, "prompt" without "ids".
@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -220,9 +221,11 @@ def generate_data(
     *,
     settings: DataSettings = DataSettings(),
     batch_size: int = 64,
+    max_minutes: float | None = None,
     progress: bool = True,
 ) -> Path:
     """Appends items up to `items` (rounded up to whole chunks) to the JSONL `path`; see the module doc.
+    With `max_minutes`, no chunk is started after that much time (a sitting of known length; rerun to go on).
 
     Raises:
         ValueError: `path` was made with other settings (`<path>.meta.json`).
@@ -248,8 +251,11 @@ def generate_data(
 
         leak_filter = heldout_filter(tokenizer)
     bar = tqdm(total=items, initial=min(done, items), desc="magpie data", unit="item", disable=not progress)
+    started = time.monotonic()
     with open(path, "a") as out:
         for start in range(done, items, settings.chunk):
+            if max_minutes is not None and (time.monotonic() - started) / 60 >= max_minutes:
+                break
             chunk = [plan_item(settings, i, templates) for i in range(start, start + settings.chunk)]
             lines = _make_chunk(target, tokenizer, settings, chunk, eos, batch_size, leak_filter)
             out.write("".join(json.dumps(line) + "\n" for line in lines))
