@@ -60,3 +60,7 @@ class QuantizationBackendError(SpeculativeError, ImportError):
 
 class UnsupportedTreeError(UnsupportedGenerationError):
     """Draft trees (`TreeDraftPolicy`) where the loop cannot run them yet; use a chain policy meanwhile."""
+
+
+class HeldOutLeakError(SpeculativeError, ValueError):
+    """A held-out evaluation's requests overlap the training data (shared token runs or Magpie seeds)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 
 def _layers(text: str) -> list[int]:
@@ -64,6 +65,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="feature: unrolled draft steps of the training-time test (default: 3)")
     parser.add_argument("--eval-every", type=int, default=250,
                         help="feature: measure and save the head every this many steps (default: 250)")
+    parser.add_argument("--checkpoint-every", type=int, default=None,
+                        help="feature: save <out>-checkpoint.pt (head, optimizer, schedule, RNG, data position) every "
+                        "this many steps (default: --eval-every)")
+    parser.add_argument("--resume", action="store_true",
+                        help="feature: continue from <out>-checkpoint.pt when it exists (rerun the same command)")
+    parser.add_argument("--live-features", action="store_true",
+                        help="feature: compute the target's states for each training batch instead of storing them "
+                        "beside each corpus (~4.6 KB a token for SmolLM2; slower steps, no disk)")
+    parser.add_argument("--eval-set", choices=("templates", "heldout"), default="templates",
+                        help="feature: measure on the tool's held-out templates, or on the hand-written chat requests "
+                        "(refused if one leaks into the training prompts); the learning curve uses it (default: templates)")
     parser.add_argument("--vocab-size", type=int, default=4096,
                         help="tokens in the drafter's reduced head, the most frequent response tokens; "
                         "0 for the full vocabulary (default: 4096)")
@@ -87,7 +99,152 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed for prompts, sampling and training")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run)
+    add_data_parser(subparsers)
+    add_eval_parser(subparsers)
     return parser
+
+
+def add_data_parser(subparsers) -> argparse.ArgumentParser:
+    """``hf-specdec distill-data``: Magpie training data, resumable (see ``magpie_data``)."""
+    from .magpie_data import DataSettings
+
+    defaults = DataSettings()
+    parser = subparsers.add_parser(
+        "distill-data",
+        help="make training data: requests the target writes itself (Magpie) and its answers, resumably",
+        description="Append work items to a JSONL: the target writes a user request after its chat template's user "
+        "prefix (freely or after a kind's opening: how-to, explain, write, list, code, rewrite, question, "
+        "follow-up turns; a minority of template prompts), then answers it, greedy or sampled. Rerun the same "
+        "command to continue after an interruption; the file equals an uninterrupted run's.",
+    )
+    parser.add_argument("--target", required=True, help="target model directory, or 'smollm2'")
+    parser.add_argument("--out", required=True, help="the JSONL to create or continue (settings kept in <out>.meta.json)")
+    parser.add_argument("--items", type=int, required=True, help="work items to reach (whole chunks)")
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help="decides every item; give held-out requests a seed no training file uses (default: 0)")
+    parser.add_argument("--chunk", type=int, default=defaults.chunk,
+                        help=f"items made and written together; a restart redoes at most one (default: {defaults.chunk})")
+    parser.add_argument("--batch-size", type=int, default=64, help="rows decoded at once (default: 64)")
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,
+                        help=f"longest answer (default: {defaults.max_new_tokens})")
+    parser.add_argument("--max-request-tokens", type=int, default=defaults.max_request_tokens,
+                        help=f"longest request; one that does not end is skipped (default: {defaults.max_request_tokens})")
+    parser.add_argument("--sampled-fraction", type=float, default=defaults.sampled_fraction,
+                        help=f"share of items answered by sampling (T 0.8, top-p 0.95), the rest greedily "
+                        f"(default: {defaults.sampled_fraction})")
+    parser.add_argument("--template-fraction", type=float, default=defaults.template_fraction,
+                        help=f"share of items that answer one of the tool's template prompts instead "
+                        f"(default: {defaults.template_fraction})")
+    parser.add_argument("--requests-only", action="store_true",
+                        help="write the requests without answers (held-out Magpie requests for distill-eval)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="start no chunk after this many minutes (rerun the command to go on)")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                        help="the target's dtype for generation; auto: bfloat16 when the CPU computes it "
+                        "(avx512_bf16 / amx_bf16 flags), else float32 (default: auto)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run_data)
+    return parser
+
+
+def add_eval_parser(subparsers) -> argparse.ArgumentParser:
+    """``hf-specdec distill-eval``: a feature head on held-out requests (see ``heldout``)."""
+    parser = subparsers.add_parser(
+        "distill-eval",
+        help="measure a feature head on held-out chat requests its training data cannot contain",
+        description="Refuse requests that share 8 tokens with a training prompt (or Magpie seeds with a training "
+        "file), answer them greedily with the fp32 target, and report the head's on-path acceptance at gamma = 1, "
+        "agreement per draft depth and depth-1 top-1/2/4/8 coverage as JSON.",
+    )
+    parser.add_argument("--target", required=True, help="target model directory, or 'smollm2'")
+    parser.add_argument("--head", required=True, help="the feature head directory")
+    parser.add_argument("--train-data", action="append", default=None,
+                        help="a training JSONL (repeatable); default: the files in the head's distill_metrics.json")
+    parser.add_argument("--magpie-requests", action="append", default=[],
+                        help="held-out requests from distill-data --requests-only (repeatable)")
+    parser.add_argument("--no-hand-written", action="store_true", help="leave out the hand-written requests")
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="answer length (default: 96)")
+    parser.add_argument("--batch-size", type=int, default=16, help="rows decoded at once (default: 16)")
+    parser.add_argument("--ngram", type=int, default=8, help="shared tokens that count as a leak (default: 8)")
+    parser.add_argument("--responses", default=None, help="JSONL keeping the target's answers for reruns")
+    parser.add_argument("--out", default=None, help="also write the metrics JSON here")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(handler=run_eval)
+    return parser
+
+
+def _load_target(target: str, dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .pipeline import resolve_target
+
+    path = resolve_target(target)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def run_data(args: argparse.Namespace) -> int:
+    """Handler of ``hf-specdec distill-data``."""
+    import torch
+
+    from .magpie_data import DataSettings, cpu_computes_bf16, generate_data, summarize
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if cpu_computes_bf16() else "float32")
+    target, tokenizer = _load_target(args.target, getattr(torch, dtype))
+    settings = DataSettings(
+        seed=args.seed, chunk=args.chunk, max_new_tokens=args.max_new_tokens, max_request_tokens=args.max_request_tokens,
+        sampled_fraction=args.sampled_fraction, template_fraction=args.template_fraction,
+        requests_only=args.requests_only,
+    )
+    started = time.monotonic()
+    generate_data(target, tokenizer, args.out, args.items, settings=settings, batch_size=args.batch_size,
+                  max_minutes=args.max_minutes, progress=not args.quiet)
+    seconds = time.monotonic() - started
+    print(json.dumps({"out": args.out, "dtype": dtype, "items": args.items, "seconds_this_run": seconds,
+                      **summarize(args.out)}, indent=2))
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Handler of ``hf-specdec distill-eval``: prints the metrics as JSON."""
+    from pathlib import Path
+
+    import torch
+
+    from hf_specdec.eagle import load_feature_head
+
+    from .data import eos_ids, read_records
+    from .heldout import check_seeds, evaluate_heldout, read_requests
+    from .heldout_requests import HELDOUT_REQUESTS
+    from .pipeline import METRICS_FILE
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train_data = args.train_data
+    if train_data is None:
+        metrics_file = Path(args.head) / METRICS_FILE
+        train_data = json.loads(metrics_file.read_text()).get("data", []) if metrics_file.exists() else []
+        if not train_data:
+            raise SystemExit(f"no training data listed in {metrics_file}; name it with --train-data")
+    target, tokenizer = _load_target(args.target, torch.float32)
+    check_seeds(args.magpie_requests, train_data)
+    requests = ([] if args.no_hand_written else list(HELDOUT_REQUESTS)) + read_requests(args.magpie_requests)
+    eos = eos_ids(target, tokenizer)
+    train_records = [record for path in train_data for record in read_records(path, eos)]
+    metrics = evaluate_heldout(
+        target, tokenizer, load_feature_head(args.head), requests, train_records, max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size, ngram=args.ngram, responses=args.responses, progress=not args.quiet,
+    )
+    metrics = {**metrics, "head": str(args.head), "train_data": [str(p) for p in train_data],
+               "magpie_requests": list(args.magpie_requests), "hand_written": not args.no_hand_written}
+    text = json.dumps(metrics, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,7 +265,8 @@ def run(args: argparse.Namespace) -> int:
             num_eval_prompts=args.num_eval_prompts, kind=args.head, vocab_size=args.vocab_size or None,
             init_from=args.init_from, ttt_steps=args.ttt_steps, steps=args.steps, batch_size=args.batch_size or 8,
             lr=args.lr or 3e-4, max_minutes=args.max_minutes, eval_every=args.eval_every, gamma=args.gamma,
-            seed=args.seed, progress=not args.quiet,
+            seed=args.seed, progress=not args.quiet, checkpoint_every=args.checkpoint_every, resume=args.resume,
+            eval_set=args.eval_set, live_features=args.live_features,
         )
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
         return 0

@@ -123,7 +123,8 @@ def _cut_after_eos(response: Sequence[int], eos: set[int]) -> list[int]:
 
 
 def read_records(path: str | Path, eos: Iterable[int] = (EOS_FALLBACK,)) -> list[Record]:
-    """Read a corpus JSONL; responses are cut after their first end-of-sequence token."""
+    """Read a corpus JSONL; responses are cut after their first end-of-sequence token. Lines without
+    "ids" (items `magpie_data` skipped, requests without answers) are passed over."""
     eos = set(eos)
     records = []
     with open(path) as f:
@@ -131,6 +132,8 @@ def read_records(path: str | Path, eos: Iterable[int] = (EOS_FALLBACK,)) -> list
             if not line.strip():
                 continue
             obj = json.loads(line)
+            if "ids" not in obj:  # a skipped item or a request without an answer (magpie_data)
+                continue
             prompt_len = int(obj["prompt_len"])
             ids = obj["ids"][:prompt_len] + _cut_after_eos(obj["ids"][prompt_len:], eos)
             records.append(Record(ids, prompt_len, bool(obj["greedy"]), obj.get("prompt")))

@@ -82,6 +82,20 @@ def simulate_acceptance(flags: Sequence[torch.Tensor], gamma: int = 4) -> Agreem
     )
 
 
+def topk_hits(draft_logits: torch.Tensor, target_columns: torch.Tensor, ks: Sequence[int] = (1, 2, 4, 8)) -> torch.Tensor:
+    """[len(ks)] how many positions have the target's token among the drafter's `k` highest scores.
+
+    Args:
+        draft_logits: [positions, draft_vocab] the drafter's scores over its own vocabulary.
+        target_columns: [positions] the target's token as a column of `draft_logits`, -1 when the token is
+            outside the drafter's vocabulary (never a hit: the drafter gives it probability 0).
+    Ties rank by `torch.topk`'s order, as a draft tree would pick them.
+    """
+    top = draft_logits.topk(min(max(ks), draft_logits.shape[-1]), dim=-1).indices  # [positions, max k]
+    match = top == target_columns[:, None]  # a -1 column never matches
+    return torch.stack([match[:, :k].any(-1).sum() for k in ks])
+
+
 def evaluate_agreement(target, drafter, records: Sequence[Record], gamma: int = 4) -> Agreement:
     """``simulate_acceptance`` over the drafter's agreement with the target on ``records``."""
     return simulate_acceptance(agreement_flags(target, drafter, records), gamma)

@@ -16,9 +16,9 @@ vocabulary (computed from the target's final state, stored with the others) to t
 from __future__ import annotations
 
 import math
-import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -210,6 +210,58 @@ def _draft_head_weight(head: FeatureHead, target) -> torch.Tensor:
     return weight if ids is None else weight[ids]
 
 
+def epoch_order(num_records: int, seed: int, epoch: int) -> list[int]:
+    """The order records are read in during `epoch`: a permutation that depends on (seed, epoch) only, so the
+    data position of any step is known from the step alone (what makes a resumed run read what it would have)."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_records, generator=generator).tolist()
+
+
+def batch_indices(num_records: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """Indices of the records of training step `step`: positions step * batch_size onwards of the
+    concatenated epoch orders (every record once per epoch)."""
+    indices = []
+    for position in range(step * batch_size, (step + 1) * batch_size):
+        epoch, offset = divmod(position, num_records)
+        if offset == 0 or not indices or epoch != indices[-1][0]:
+            order = epoch_order(num_records, seed, epoch)
+        indices.append((epoch, order[offset]))
+    return [index for _, index in indices]
+
+
+def _fingerprint(records: Sequence[Record]) -> str:
+    """A hash of the training records in their order: a checkpoint only resumes over the same data."""
+    import hashlib
+
+    from .features import record_key
+
+    digest = hashlib.sha1()
+    for record in records:
+        digest.update(record_key(record).encode())
+    return digest.hexdigest()
+
+
+def save_checkpoint(path, head: FeatureHead, optimizer, step: int, losses: Sequence[float], tokens_seen: int,
+                    elapsed_minutes: float, meta: dict, extra: dict) -> None:
+    """Everything a resumed run needs, as tensors and plain values (loads with weights_only=True), written
+    atomically (a crash while saving keeps the previous checkpoint)."""
+    import json
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "head": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+        "losses": torch.tensor(list(losses), dtype=torch.float64), "tokens_seen": tokens_seen,
+        "elapsed_minutes": elapsed_minutes, "torch_rng": torch.get_rng_state(),
+        "meta": json.dumps(meta, sort_keys=True), "extra": json.dumps(extra),
+    }
+    scratch = path.with_name(path.name + ".partial")
+    torch.save(state, scratch)
+    os.replace(scratch, path)
+
+
 def train_feature_head(
     head: FeatureHead,
     target,
@@ -227,10 +279,27 @@ def train_feature_head(
     progress: bool = True,
     log_every: int = 0,
     on_log=None,
+    checkpoint: str | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    extra_state: dict | None = None,
 ) -> list[float]:
     """Trains `head` in place (AdamW, cosine decay over steps or time, whichever runs out first) and
-    returns every step's loss. Records longer than `max_tokens` are cut (from the end)."""
-    rng = random.Random(seed)
+    returns every step's loss. Records longer than `max_tokens` are cut (from the end).
+
+    Records are read in epoch orders (`batch_indices`), so step s always reads the same records.
+    `on_log(step, losses, tokens_seen)` runs every `log_every` steps (eval mode, no gradients needed).
+    With `checkpoint` (a file path), the head, optimizer, schedule position, RNG state, losses, response
+    tokens trained on and `extra_state` (JSON-able, e.g. a learning curve) are saved every
+    `checkpoint_every` steps and at the end; `resume=True` continues from it (restoring `extra_state` in
+    place), and gives the same weights as a run that never stopped when the schedule is by steps
+    (with `max_minutes`, elapsed time is restored but the schedule follows the clock).
+
+    Raises:
+        ValueError: resuming over other records or settings than the checkpoint's.
+    """
+    import json
+
     torch.manual_seed(seed)
     usable = [record for record in records if len(record.ids) > record.prompt_len + 1 and record in store]
     if not usable:
@@ -241,16 +310,44 @@ def train_feature_head(
     head.train()
     parameters = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0, betas=(0.9, 0.95), fused=True)
-    losses = []
+    meta = dict(records=_fingerprint(usable), steps=steps, batch_size=batch_size, max_tokens=max_tokens,
+                ttt_steps=ttt_steps, lr=lr, warmup=warmup, seed=seed, max_minutes=max_minutes)
+    losses: list[float] = []
+    first_step, tokens_seen, elapsed_before = 0, 0, 0.0
+    if resume and checkpoint is not None and Path(checkpoint).exists():
+        state = torch.load(checkpoint, weights_only=True)
+        saved = json.loads(state["meta"])
+        if saved != meta:
+            differ = sorted(k for k in meta if saved.get(k) != meta[k])
+            raise ValueError(f"{checkpoint} was saved with other {', '.join(differ)} (training records or settings); "
+                             "resume with the same data and options, or start a new run without --resume.")
+        head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        first_step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state["elapsed_minutes"]
+        losses = state["losses"].tolist()
+        if extra_state is not None:
+            extra_state.clear()
+            extra_state.update(json.loads(state["extra"]))
+
     started = time.monotonic()
-    bar = tqdm(range(steps), desc="train feature head", disable=not progress)
+
+    def elapsed() -> float:
+        return elapsed_before + (time.monotonic() - started) / 60
+
+    def save(step: int) -> None:
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, head, optimizer, step, losses, tokens_seen, elapsed(), meta, extra_state or {})
+
+    bar = tqdm(range(first_step, steps), initial=first_step, total=steps, desc="train feature head", disable=not progress)
+    step = first_step
     for step in bar:
-        done = max(step / steps, (time.monotonic() - started) / 60 / max_minutes if max_minutes else 0.0)
+        done = max(step / steps, elapsed() / max_minutes if max_minutes else 0.0)
         if done >= 1.0:
             break
         for group in optimizer.param_groups:
             group["lr"] = lr * min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * done))
-        chosen = [rng.choice(usable) for _ in range(batch_size)]
+        chosen = [usable[i] for i in batch_indices(len(usable), batch_size, step, seed)]
         batch = make_batch(chosen, store, head.feature_layers_for(final_layer), final_layer)
         if batch.input_ids.shape[1] > max_tokens:
             batch = Batch(*(tensor[:, :max_tokens] for tensor in (batch.input_ids, batch.features, batch.final, batch.loss_mask)))
@@ -267,22 +364,40 @@ def train_feature_head(
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         optimizer.step()
         losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        tokens_seen += int(batch.loss_mask.sum())
+        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", tokens=tokens_seen)
         if log_every and on_log is not None and (step + 1) % log_every == 0:
             head.eval()
-            on_log(step + 1, losses)
+            on_log(step + 1, losses, tokens_seen)
             head.train()
+        if checkpoint_every and (step + 1) % checkpoint_every == 0:
+            save(step + 1)
+    else:
+        step = steps
+    bar.close()
+    save(step)
     head.eval()
     return losses
+
+
+COVERAGE_KS = (1, 2, 4, 8)
 
 
 @dataclass
 class DepthAgreement:
     """How often the head's greedy draft at each depth is the target's greedy token, given the drafts
-    before it were (the per-token acceptance of greedy speculative decoding), on teacher-forced records."""
+    before it were (the per-token acceptance of greedy speculative decoding), on teacher-forced records.
+
+    `alpha_gamma1` is the on-path acceptance at gamma = 1 (accepted / drafted along the target's greedy
+    response, as the loop counts it: the first response token comes from the prefill and a token after
+    an accepted draft is the bonus, so neither is drafted); `coverage[k]` the share of depth-1 positions
+    whose target token is among the head's k highest scores (what a draft tree of width k can hit).
+    """
 
     per_depth: list[float]  # depth 1..k: P(draft k == target's | drafts < k were)
     positions: int  # anchors scored at depth 1
+    alpha_gamma1: float = float("nan")
+    coverage: dict[int, float] = field(default_factory=dict)
 
     def tokens_per_step(self, gamma: int) -> float:
         """Expected tokens a greedy step commits at `gamma` drafts: 1 + a1 + a1 a2 + ..."""
@@ -298,20 +413,34 @@ class DepthAgreement:
 
 @torch.no_grad()
 def evaluate_feature_head(
-    head: FeatureHead, target, records: Sequence[Record], store: FeatureStore, depth: int = 4, batch_size: int = 8
+    head: FeatureHead, target, records: Sequence[Record], store: FeatureStore, depth: int = 4, batch_size: int = 8,
+    max_new_tokens: int | None = None,
 ) -> DepthAgreement:
     """DepthAgreement over the response positions of `records`: the target's greedy token at each position
-    (from its stored final state, so it is the fp32 target's own choice) against the head's drafts."""
+    (from its stored final state, so it is the fp32 target's own choice) against the head's drafts.
+
+    `max_new_tokens`: the cap the responses were generated with; a response that reached it had its last
+    token made by a plain target step in the loop (a step drafts at most one token fewer than it may
+    still emit), so that token is not counted as drafted at gamma = 1.
+    """
+    from .evaluate import simulate_acceptance, topk_hits
+
     head.eval()
     embed_weight = target.get_input_embeddings().weight.detach().float()
     label_weight = target.get_output_embeddings().weight.detach().float()
     draft_ids = head.draft_ids()
+    column = torch.full((label_weight.shape[0],), -1, dtype=torch.long)  # [vocab] target id -> head column
+    column[draft_ids if draft_ids is not None else torch.arange(label_weight.shape[0])] = torch.arange(
+        label_weight.shape[0] if draft_ids is None else len(draft_ids))
     final_layer = target.config.get_text_config().num_hidden_layers
     agreed = torch.zeros(depth)
     reached = torch.zeros(depth)
+    covered = torch.zeros(len(COVERAGE_KS), dtype=torch.long)
+    flags = []  # per record, [drafted positions] bool: depth-1 hits along the response, for gamma = 1
     usable = [record for record in records if record in store]
     for start in range(0, len(usable), batch_size):
-        batch = make_batch(usable[start : start + batch_size], store, head.feature_layers_for(final_layer), final_layer)
+        chunk = usable[start : start + batch_size]
+        batch = make_batch(chunk, store, head.feature_layers_for(final_layer), final_layer)
         states = unrolled_states(head, lambda ids: F.embedding(ids, embed_weight), batch, depth)
         alive = None
         for k, state in enumerate(states):
@@ -319,14 +448,26 @@ def evaluate_feature_head(
             seq = mask.shape[1]
             shifted = torch.cat([batch.final[:, k + 1 :], batch.final.new_zeros(batch.final.shape[0], k, batch.final.shape[2])], 1)
             target_token = (shifted[:, :seq] @ label_weight.T).argmax(-1)  # [batch, seq] target ids
-            draft = _scores(head, state, label_weight if draft_ids is None else None).argmax(-1)
+            scores = _scores(head, state, label_weight if draft_ids is None else None)  # [batch, seq, draft]
+            draft = scores.argmax(-1)
             if draft_ids is not None:
                 draft = draft_ids[draft]
             hit = draft == target_token
+            if k == 0:
+                covered += topk_hits(scores[mask], column[target_token[mask]], COVERAGE_KS)
+                for row, record in enumerate(chunk):
+                    # Anchor p predicts token p + 2; the loop drafts from the second response token on.
+                    first, stop = record.prompt_len - 1, len(record.ids) - 2
+                    if max_new_tokens is not None and record.response_len >= max_new_tokens:
+                        stop -= 1
+                    flags.append(hit[row, first:stop][mask[row, first:stop]])
             # Depth k counts anchors whose response continues k + 1 tokens and whose earlier drafts all hit.
             scored = mask if alive is None else mask & alive
             reached[k] += scored.sum()
             agreed[k] += (scored & hit).sum()
             alive = hit if alive is None else alive & hit
     per_depth = (agreed / reached.clamp_min(1)).tolist()
-    return DepthAgreement(per_depth=per_depth, positions=int(reached[0]))
+    on_path = simulate_acceptance(flags, gamma=1)
+    coverage = {k: float(hits) / max(int(reached[0]), 1) for k, hits in zip(COVERAGE_KS, covered.tolist())}
+    return DepthAgreement(per_depth=per_depth, positions=int(reached[0]), alpha_gamma1=on_path.acceptance_rate,
+                          coverage=coverage)

@@ -18,9 +18,46 @@ from typing import Sequence
 import torch
 
 from .feature_head import build_feature_head, evaluate_feature_head, train_feature_head
-from .features import FeatureStore, extract_features
+from .features import FeatureStore, LiveFeatures, extract_features, features_in_memory
 from .model import select_vocab_subset
 from .pipeline import METRICS_FILE, prepare_data
+
+
+CURVE_FILE = "learning_curve.json"
+
+
+def default_checkpoint(out_dir: Path) -> Path:
+    """Beside the head, not in it, so the head directory ships as it is."""
+    return out_dir.with_name(out_dir.name + "-checkpoint.pt")
+
+
+def write_learning_curve(out_dir: Path, history: list[dict]) -> None:
+    """`learning_curve.json` (held-out measurements vs response tokens trained on) and, when matplotlib is
+    installed, `learning_curve.png`, so the next run can tell whether data, steps or capacity limits the head."""
+    points = [{key: entry.get(key) for key in ("step", "tokens_seen", "loss", "alpha_gamma1", "per_depth", "coverage",
+                                                "minutes")} for entry in history]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / CURVE_FILE).write_text(json.dumps(points, indent=2) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError:
+        return
+    figure, axis = pyplot.subplots(figsize=(6, 4))
+    tokens = [p["tokens_seen"] for p in points]
+    axis.plot(tokens, [p["alpha_gamma1"] for p in points], marker="o", label="on-path α, γ = 1")
+    axis.plot(tokens, [p["per_depth"][0] for p in points], marker=".", label="depth-1 agreement")
+    axis.plot(tokens, [p["coverage"].get(4, p["coverage"].get("4")) for p in points], marker=".", label="depth-1 top-4")
+    axis.set_xlabel("response tokens trained on")
+    axis.set_ylabel("held-out")
+    axis.set_ylim(0, 1)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out_dir / "learning_curve.png", dpi=100)
+    pyplot.close(figure)
 
 
 def head_step_ratio(target, head) -> dict:
@@ -60,6 +97,10 @@ def distill_feature_head(
     gamma: int = 4,
     seed: int = 0,
     progress: bool = True,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+    eval_set: str = "templates",
+    live_features: bool = False,
 ) -> dict:
     """Train an EAGLE feature head for a causal LM target and save it under `out_dir`.
 
@@ -72,7 +113,15 @@ def distill_feature_head(
         kind: "eagle3" (fused low/mid/high states, own head over ``vocab_size`` tokens) or "eagle1".
         init_from: a head directory to continue training (its layout and vocabulary are kept).
         ttt_steps: unrolled steps of the training-time test (1 = teacher forcing only).
-        eval_every: measure and save every this many steps (0: only at the end).
+        eval_every: measure and save every this many steps (0: only at the end); each measurement is a
+            point of ``out_dir/learning_curve.json`` (and ``.png`` when matplotlib is installed).
+        checkpoint_every: save ``<out_dir>-checkpoint.pt`` every this many steps (default: ``eval_every``).
+        resume: continue from that checkpoint when it exists (without it, an existing one is refused).
+        live_features: compute the target's states for each training batch instead of storing them (for
+            corpora whose states do not fit the disk: ~4.6 KB a token for a 576-wide target; each step then
+            pays a target forward over its records).
+        eval_set: "templates" (the tool's held-out templates and topics) or "heldout" (the hand-written
+            chat requests, checked for leaks into the training prompts) for the measurements.
 
     Returns:
         the metrics also written to ``out_dir/distill_metrics.json``.
@@ -81,11 +130,16 @@ def distill_feature_head(
 
     torch.manual_seed(seed)
     out_dir = Path(out_dir)
+    checkpoint_path = default_checkpoint(out_dir)
+    if checkpoint_path.exists() and not resume:
+        raise ValueError(f"{checkpoint_path} holds an earlier run of this head; pass --resume to continue it, or "
+                         "delete it to start again.")
     # 1. Data: the target's own responses (appended per prompt, so a rerun resumes).
     prepared = prepare_data(
         target_path, out_dir, data=data, eval_data=eval_data, extra_data=extra_data, num_prompts=num_prompts,
         num_magpie=num_magpie, sampled_fraction=sampled_fraction, generate=generate, max_new_tokens=max_new_tokens,
         gen_batch_size=gen_batch_size, num_eval_prompts=num_eval_prompts, seed=seed, progress=progress,
+        eval_set=eval_set,
     )
     target, eos, records, eval_records = prepared.target, prepared.eos, prepared.records, prepared.eval_records
     corpora, eval_data = prepared.corpora, prepared.eval_data
@@ -101,41 +155,49 @@ def distill_feature_head(
             vocab = select_vocab_subset(records, size, always=sorted(eos))
         head = build_feature_head(target, kind, draft_vocab=vocab)
 
-    # 3. The target's states over every record, stored once per corpus (resumable).
+    # 3. The target's states over every record: stored once per corpus (resumable), or computed per step.
     started = time.monotonic()
     layers = sorted({*head.feature_layers_for(num_layers), num_layers})
-    stores = []
-    # The records the data step read (the held-out ones: those measured on).
-    for path, part in [*zip(corpora, prepared.per_corpus), (eval_data, eval_records)]:
-        if not path.exists():
-            continue
-        directory = path.with_name(path.name + ".features")
-        extract_features(target, part, directory, layers, progress=progress)
-        stores.append(FeatureStore(directory))
-    store = stores[0]
-    for other in stores[1:]:
-        store.tensors.update(other.tensors)
+    if live_features:
+        train_store = LiveFeatures(target, layers)
+        eval_store = features_in_memory(target, eval_records, layers, progress=progress)
+    else:
+        stores = []
+        # The records the data step read (the held-out ones: those measured on).
+        for path, part in [*zip(corpora, prepared.per_corpus), (eval_data, eval_records)]:
+            if not path.exists():
+                continue
+            directory = path.with_name(path.name + ".features")
+            extract_features(target, part, directory, layers, progress=progress)
+            stores.append(FeatureStore(directory))
+        train_store = eval_store = stores[0]
+        for other in stores[1:]:
+            train_store.add(other)
     feature_minutes = (time.monotonic() - started) / 60
 
-    # 4. Train, measuring and saving as it goes (a run stopped early leaves its last head and history).
-    history = []
+    # 4. Train, measuring and saving as it goes (a run stopped early leaves its last head, history and checkpoint).
+    extra = {"history": []}
 
-    def checkpoint(step: int, losses: list[float]) -> None:
-        agreement = evaluate_feature_head(head, target, eval_records, store, depth=gamma)
-        history.append({"step": step, "loss": sum(losses[-50:]) / len(losses[-50:]), **agreement.as_dict(),
-                        "minutes": (time.monotonic() - started) / 60})
+    def measure(step: int, losses: list[float], tokens_seen: int) -> None:
+        agreement = evaluate_feature_head(head, target, eval_records, eval_store, depth=gamma, max_new_tokens=max_new_tokens)
+        extra["history"].append({"step": step, "tokens_seen": tokens_seen, "loss": sum(losses[-50:]) / len(losses[-50:]),
+                                 **agreement.as_dict(), "minutes": (time.monotonic() - started) / 60})
         save_feature_head(head, out_dir)
-        (out_dir / METRICS_FILE).write_text(json.dumps({"partial": True, "history": history}, indent=2) + "\n")
+        (out_dir / METRICS_FILE).write_text(json.dumps({"partial": True, "history": extra["history"]}, indent=2) + "\n")
+        write_learning_curve(out_dir, extra["history"])
 
     started = time.monotonic()
     losses = train_feature_head(
-        head, target, records, store, steps=steps, batch_size=batch_size, ttt_steps=ttt_steps, lr=lr,
-        max_minutes=max_minutes, seed=seed, progress=progress, log_every=eval_every, on_log=checkpoint,
+        head, target, records, train_store, steps=steps, batch_size=batch_size, ttt_steps=ttt_steps, lr=lr,
+        max_minutes=max_minutes, seed=seed, progress=progress, log_every=eval_every, on_log=measure,
+        checkpoint=str(checkpoint_path), checkpoint_every=eval_every if checkpoint_every is None else checkpoint_every,
+        resume=resume, extra_state=extra,
     )
+    history = extra["history"]
     train_minutes = (time.monotonic() - started) / 60
 
     # 5. Measure and save.
-    agreement = evaluate_feature_head(head, target, eval_records, store, depth=gamma)
+    agreement = evaluate_feature_head(head, target, eval_records, eval_store, depth=gamma, max_new_tokens=max_new_tokens)
     save_feature_head(head, out_dir)
     metrics = {
         **agreement.as_dict(),
@@ -157,6 +219,7 @@ def distill_feature_head(
         "config": dict(
             kind=head.kind, ttt_steps=ttt_steps, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
             init_from=str(init_from) if init_from is not None else None, num_prompts=num_prompts, num_magpie=num_magpie,
+            eval_set=eval_set,
         ),
     }
     (out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")

@@ -47,6 +47,16 @@ def magpie_prefix(tokenizer) -> list[int]:
     return tokenizer(prefix, add_special_tokens=False)["input_ids"]
 
 
+@dataclass(frozen=True)
+class RowOptions:
+    """How one prompt is decoded when a stream mixes kinds of work: its sampling, its own length cap (at
+    most the stream's `max_new_tokens`) and the generator its draws come from."""
+
+    sampling: Sampling
+    max_new_tokens: int
+    generator: torch.Generator | None = None
+
+
 @torch.inference_mode()
 def stream_generate(
     target,
@@ -57,6 +67,7 @@ def stream_generate(
     batch_size: int = 32,
     sampling: Sampling = Sampling(),
     generator: torch.Generator | None = None,
+    options=None,
 ) -> Iterator[tuple[int, list[int], list[int]]]:
     """Yields (index, prompt ids, response ids) for every prompt, in the order rows finish; a response
     ends after its first end-of-sequence token or at `max_new_tokens`.
@@ -65,30 +76,64 @@ def stream_generate(
     their own rows (a scratch cache), and their cache columns are spliced into the batch's
     (`CachedModel.splice`), so the running rows never compute a prompt's width. Tokens are drawn from
     `generator` (or the global RNG) in step order, so a seeded run repeats.
+
+    `prompts` is asked for more whenever rows are free, so it may be an iterator that a consumer extends
+    while it receives results (a finished request adds its answer's prompt): it may run dry and offer more
+    later. With `options` (prompt index -> RowOptions), each prompt has its own sampling, cap and
+    generator, so one stream can mix greedy and sampled answers and requests, and a prompt's tokens depend
+    on no other prompt's draws.
     """
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
     processors = sampling.processors()
-    stream = enumerate(prompts)
+    stream = iter(prompts)
+    taken = 0  # prompts started so far: the next one's index
     rows = batch_size
     width = max_new_tokens + 1  # grows with the longest prompt seen
     sequences = torch.zeros(rows, width, dtype=torch.long)  # [rows, width] each row's tokens from column 0
     lens = torch.zeros(rows, dtype=torch.long)  # [rows]
     prompt_lens = torch.zeros(rows, dtype=torch.long)
+    limits = torch.full((rows,), max_new_tokens, dtype=torch.long)  # [rows] each row's own cap
     owner: list[tuple[int, list[int]] | None] = [None] * rows  # the prompt each row decodes
+    row_options: list[RowOptions | None] = [None] * rows
     cached = CachedModel(target, rows, torch.device("cpu"))
 
-    def pick(scores: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """[n] next tokens from raw logits [n, vocab]."""
-        if sampling.temperature <= 0:
-            return scores.argmax(dim=-1)
-        probs = processors(context, scores).softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    def pick(scores: torch.Tensor, context: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """[n] next tokens of `rows` from their raw logits [n, vocab]."""
+        if options is None:
+            if sampling.temperature <= 0:
+                return scores.argmax(dim=-1)
+            probs = processors(context, scores).softmax(dim=-1)
+            return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        tokens = torch.empty(len(rows), dtype=torch.long)
+        groups: dict[Sampling, list[int]] = {}
+        for i, row in enumerate(rows):
+            groups.setdefault(row_options[row].sampling, []).append(i)
+        for group_sampling, members in groups.items():
+            if group_sampling.temperature <= 0:
+                tokens[members] = scores[members].argmax(dim=-1)
+                continue
+            probs = group_sampling.processors()(context[members], scores[members]).softmax(dim=-1)
+            for j, i in enumerate(members):
+                tokens[i] = torch.multinomial(probs[j], 1, generator=row_options[rows[i]].generator)[0]
+        return tokens
+
+    def take(count: int) -> list[tuple[int, list[int]]]:
+        """Up to `count` next prompts with their indices; fewer when the stream has run dry for now."""
+        nonlocal taken
+        items = []
+        while len(items) < count:
+            ids = next(stream, None)
+            if ids is None:
+                break
+            items.append((taken, list(ids)))
+            taken += 1
+        return items
 
     def append(row: int, token: int):
         """Adds a token to a row; returns the finished (index, prompt, response) or None."""
         sequences[row, lens[row]] = token
         lens[row] += 1
-        if token in eos or int(lens[row] - prompt_lens[row]) >= max_new_tokens:
+        if token in eos or int(lens[row] - prompt_lens[row]) >= int(limits[row]):
             index, ids = owner[row]
             owner[row] = None
             return index, ids, sequences[row, prompt_lens[row] : lens[row]].tolist()
@@ -97,7 +142,7 @@ def stream_generate(
     def fill(free: list[int]) -> list[tuple[int, list[int], list[int]]]:
         """Starts the next prompts in the `free` rows: prefill apart, splice, first token."""
         nonlocal sequences, width
-        items = [item for _, item in zip(free, stream)]
+        items = take(len(free))
         if not items:
             return []
         free = free[: len(items)]
@@ -113,13 +158,16 @@ def stream_generate(
             sequences[row, : len(ids)] = scratch_ids[i, : len(ids)]
             lens[row] = prompt_lens[row] = len(ids)
             owner[row] = (index, list(ids))
+            if options is not None:
+                row_options[row] = options(index)
+                limits[row] = min(row_options[row].max_new_tokens, max_new_tokens)
         scratch = CachedModel(target, len(items), torch.device("cpu"))
         logits, _ = scratch.forward(scratch_ids, torch.zeros_like(scratch_lens), scratch_lens, 1)
         keep = cached.num_cached.clone()
         keep[free] = 0
         cached.rollback(keep, slack=max_new_tokens)  # the finished rows' columns go
         cached.splice(torch.tensor(free), scratch)
-        tokens = pick(logits[:, 0], scratch_ids)
+        tokens = pick(logits[:, 0], scratch_ids, free)
         return [done for row, token in zip(free, tokens.tolist()) if (done := append(row, token)) is not None]
 
     pending = fill(list(range(rows)))
@@ -132,7 +180,7 @@ def stream_generate(
         ends = cached.num_cached.clone()
         ends[live] = lens[live]  # live rows feed their last token; the others nothing
         logits, _ = cached.forward(sequences, torch.zeros_like(lens), ends, 1)
-        tokens = pick(logits[live, 0], sequences[live, : int(lens.max())])
+        tokens = pick(logits[live, 0], sequences[live, : int(lens.max())], live)
         pending = [done for row, token in zip(live, tokens.tolist()) if (done := append(row, token)) is not None]
         free = [row for row, item in enumerate(owner) if item is None]
         if free:

@@ -81,10 +81,13 @@ def prepare_data(
     num_eval_prompts: int,
     seed: int,
     progress: bool,
+    eval_set: str = "templates",
 ) -> Prepared:
     """Loads the target and generates (or reuses) the responses to train and to measure on: template prompts
     and `num_magpie` prompts the target writes itself, appended per prompt so a rerun resumes; held-out
-    greedy responses to prompts whose templates and topics are not in the training ones."""
+    greedy responses to prompts whose templates and topics are not in the training ones (`eval_set`
+    "templates"), or to the hand-written chat requests ("heldout"), refused when one shares a token run with a
+    training prompt (`heldout.check_disjoint`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target_dir = resolve_target(target_path)
@@ -102,13 +105,24 @@ def prepare_data(
         if num_magpie:
             prompts += _magpie(target, tokenizer, data.with_suffix(".magpie.json"), num_magpie, seed, progress)
         generate_corpus(target, tokenizer, data, prompts, sampled_fraction=sampled_fraction, **gen_args)
-    generate_corpus(target, tokenizer, eval_data, build_prompts("eval", seed)[:num_eval_prompts],
-                    sampled_fraction=0.0, **gen_args)
     corpora = [data, *map(Path, extra_data)]
+    per_corpus = [read_records(path, eos) if path.exists() else [] for path in corpora]
+    if eval_set == "heldout":
+        from .heldout import check_disjoint
+        from .heldout_requests import HELDOUT_REQUESTS
+
+        eval_prompts = list(HELDOUT_REQUESTS[:num_eval_prompts])
+        check_disjoint(tokenizer, eval_prompts, [record for part in per_corpus for record in part])
+    elif eval_set == "templates":
+        eval_prompts = build_prompts("eval", seed)[:num_eval_prompts]
+    else:
+        raise ValueError(f"eval_set is 'templates' or 'heldout', not {eval_set!r}")
+    generate_corpus(target, tokenizer, eval_data, eval_prompts, sampled_fraction=0.0, **gen_args)
+    wanted = set(eval_prompts)
     return Prepared(
         target=target, tokenizer=tokenizer, padding_side=padding_side, eos=eos, corpora=corpora,
-        per_corpus=[read_records(path, eos) if path.exists() else [] for path in corpora], eval_data=eval_data,
-        eval_records=[r for r in read_records(eval_data, eos) if r.greedy][:num_eval_prompts],
+        per_corpus=per_corpus, eval_data=eval_data,
+        eval_records=[r for r in read_records(eval_data, eos) if r.greedy and (r.prompt is None or r.prompt in wanted)],
         generation_minutes=(time.monotonic() - started) / 60,
     )
 
