@@ -186,24 +186,48 @@ def speculative_decode(
         session.observe(num_valid, features)
         step_stats.record_step(active, num_drafted, num_accepted, num_new)
 
+    return finish(
+        sequences, lens, flagged, done_at, prompt_len, pad_token, scores_out, logits_out, generation_config,
+        step_stats, stats, target.num_forwards, session.num_forwards, streamer,
+    )
+
+
+def finish(
+    sequences: torch.Tensor,  # [batch, buffer]
+    lens: torch.Tensor,  # [batch] each row's length
+    flagged: torch.Tensor,  # [batch] bool, a stopping criterion fired
+    done_at: torch.Tensor,  # [batch] the length at which it fired
+    prompt_len: int,
+    pad_token: torch.Tensor | None,
+    scores_out: torch.Tensor | None,  # [batch, max_new, vocab] with output_scores
+    logits_out: torch.Tensor | None,  # [batch, max_new, vocab] with output_logits
+    generation_config: GenerationConfig,
+    step_stats: SpeculativeStats,
+    stats: SpeculativeStats | None,
+    target_forwards: int,
+    drafter_forwards: int,
+    streamer=None,
+) -> torch.LongTensor | SpeculativeDecoderOnlyOutput:
+    """5. The end of a call, chains and trees alike: the streamer closed, the stats counted (and merged into the
+    caller's), every row cut to the longest and padded past its own end, and generate()'s return value."""
     if streamer is not None:
         streamer.end()
-    step_stats.target_forwards = target.num_forwards
-    step_stats.drafter_forwards = session.num_forwards
+    step_stats.target_forwards = target_forwards
+    step_stats.drafter_forwards = drafter_forwards
     if stats is not None:
         stats.merge(step_stats)
 
     out_len = int(torch.where(flagged, done_at, lens).max())
     sequences = sequences[:, :out_len]
     if pad_token is not None:
-        beyond = torch.arange(out_len, device=device)[None, :] >= lens[:, None]
+        beyond = torch.arange(out_len, device=sequences.device)[None, :] >= lens[:, None]
         sequences = sequences.masked_fill(beyond, int(pad_token))
     if not generation_config.return_dict_in_generate:
         return sequences
     num_steps = out_len - prompt_len
     return SpeculativeDecoderOnlyOutput(
         sequences=sequences,
-        scores=tuple(scores_out[:, t] for t in range(num_steps)) if output_scores else None,
-        logits=tuple(logits_out[:, t] for t in range(num_steps)) if output_logits else None,
+        scores=tuple(scores_out[:, t] for t in range(num_steps)) if scores_out is not None else None,
+        logits=tuple(logits_out[:, t] for t in range(num_steps)) if logits_out is not None else None,
         speculative_stats=step_stats,
     )

@@ -16,7 +16,7 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel,
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import DraftContext, Drafter, TargetFeatures
 from hf_specdec.errors import UnsupportedTreeError
-from hf_specdec.loop import SpeculativeDecoderOnlyOutput, _write
+from hf_specdec.loop import _write, finish
 from hf_specdec.policy import TreeDraftPolicy
 from hf_specdec.processing import CONTEXT_FREE, check_stopping, process_scores
 from hf_specdec.stats import SpeculativeStats
@@ -192,24 +192,7 @@ def tree_decode(
         step_stats.record_step(active, drafted_depth, num_accepted, num_new)
         step_stats.record_tree(active, tree.num_nodes - 1, policy.max_nodes)
 
-    if streamer is not None:
-        streamer.end()
-    step_stats.target_forwards = target.num_forwards
-    step_stats.drafter_forwards = session.num_forwards
-    if stats is not None:
-        stats.merge(step_stats)
-
-    out_len = int(torch.where(flagged, done_at, lens).max())
-    sequences = sequences[:, :out_len]
-    if pad_token is not None:
-        beyond = torch.arange(out_len, device=device)[None, :] >= lens[:, None]
-        sequences = sequences.masked_fill(beyond, int(pad_token))
-    if not generation_config.return_dict_in_generate:
-        return sequences
-    num_steps = out_len - prompt_len
-    return SpeculativeDecoderOnlyOutput(
-        sequences=sequences,
-        scores=tuple(scores_out[:, t] for t in range(num_steps)) if output_scores else None,
-        logits=tuple(logits_out[:, t] for t in range(num_steps)) if output_logits else None,
-        speculative_stats=step_stats,
+    return finish(
+        sequences, lens, flagged, done_at, prompt_len, pad_token, scores_out, logits_out, generation_config,
+        step_stats, stats, target.num_forwards, session.num_forwards, streamer,
     )
