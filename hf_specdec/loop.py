@@ -91,22 +91,10 @@ def speculative_decode(
     # Like _sample: rows that hit EOS are frozen and padded; without an EOS criterion rows run on
     # until every row has stopped, and all end at the same length.
     freeze_finished = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
-    output_scores = generation_config.return_dict_in_generate and generation_config.output_scores
-    output_logits = generation_config.return_dict_in_generate and generation_config.output_logits
-
-    sequences = torch.full(
-        (batch, max_length + max_gamma + 1),
-        0 if pad_token is None else int(pad_token),
-        dtype=torch.long,
-        device=device,
-    )  # [batch, buffer]: room for the drafts of the last step
-    sequences[:, :prompt_len] = input_ids
-    lens = torch.full((batch,), prompt_len, dtype=torch.long, device=device)  # [batch]
-    flagged = torch.zeros(batch, dtype=torch.bool, device=device)  # a stopping criterion fired
-    done_at = torch.full((batch,), max_length, dtype=torch.long, device=device)  # length when it fired
     max_new = max_length - prompt_len
-    scores_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_scores else None
-    logits_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_logits else None
+    sequences, lens, flagged, done_at, scores_out, logits_out = new_buffers(
+        input_ids, generation_config, vocab_size, room=max_gamma + 1
+    )
 
     masks = calibration.prefers_position_masks(model, batch, device)  # measured once per setting
     target = CachedModel(model, batch, device, cache=model_kwargs.get("past_key_values"), position_masks=masks)
@@ -161,23 +149,14 @@ def speculative_decode(
         schedule.update(active, num_drafted, num_accepted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
-        num_new = torch.where(active, num_accepted + 1, 0)  # [batch]
-        _write(sequences, lens, committed, num_new)
-        for j in range(width + 1):
-            rows = (j < num_new) & ~flagged
-            if not rows.any():
-                break
-            done = check_stopping(stopping_criteria, sequences, lens + j + 1, rows)
-            done_at = torch.where(done, lens + j + 1, done_at)
-            flagged |= done
-            if freeze_finished:
-                num_new = torch.where(done, j + 1, num_new)
+        num_new, flagged, done_at = commit(
+            sequences, lens, committed, torch.where(active, num_accepted + 1, 0), stopping_criteria, flagged, done_at,
+            freeze_finished, streamer,
+        )
         for out, values in ((scores_out, target_scores), (logits_out, target_logits)):
             if out is not None:
                 rows, cols = (torch.arange(width + 1, device=device) < num_new[:, None]).nonzero(as_tuple=True)
                 out[rows, lens[rows] - prompt_len + cols] = values[rows, cols]
-        if streamer is not None and int(num_new[0]) > 0:
-            streamer.put(sequences[0, lens[0] : lens[0] + num_new[0]].cpu())
         lens = lens + num_new
 
         # 4. Roll back both caches to the committed tokens; the last one is fed again next step.
@@ -190,6 +169,61 @@ def speculative_decode(
         sequences, lens, flagged, done_at, prompt_len, pad_token, scores_out, logits_out, generation_config,
         step_stats, stats, target.num_forwards, session.num_forwards, streamer,
     )
+
+
+def new_buffers(
+    input_ids: torch.Tensor,  # [batch, prompt_len] left-padded
+    generation_config: GenerationConfig,
+    vocab_size: int,
+    room: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """A call's running state, chains and trees alike: (sequences [batch, max_length + room] holding the prompts,
+    lens [batch], flagged [batch] bool (a stopping criterion fired), done_at [batch] (the length when it fired),
+    scores_out and logits_out [batch, max_new, vocab] where generate() returns them, else None). `room`: the most
+    tokens a step writes past max_length before the output is cut."""
+    batch, prompt_len = input_ids.shape
+    device, max_length = input_ids.device, generation_config.max_length
+    pad_token = generation_config._pad_token_tensor
+    sequences = torch.full((batch, max_length + room), 0 if pad_token is None else int(pad_token), dtype=torch.long,
+                           device=device)
+    sequences[:, :prompt_len] = input_ids
+    lens = torch.full((batch,), prompt_len, dtype=torch.long, device=device)
+    flagged = torch.zeros(batch, dtype=torch.bool, device=device)
+    done_at = torch.full((batch,), max_length, dtype=torch.long, device=device)
+    outputs = []
+    for wanted in (generation_config.output_scores, generation_config.output_logits):
+        wanted = generation_config.return_dict_in_generate and wanted
+        outputs.append(torch.zeros(batch, max_length - prompt_len, vocab_size, device=device) if wanted else None)
+    return sequences, lens, flagged, done_at, *outputs
+
+
+def commit(
+    sequences: torch.Tensor,  # [batch, buffer]
+    lens: torch.Tensor,  # [batch] each row's length before this step's tokens
+    tokens: torch.Tensor,  # [batch, width] this step's tokens per row
+    num_new: torch.Tensor,  # [batch] how many of them each row commits
+    stopping_criteria: StoppingCriteriaList,
+    flagged: torch.Tensor,  # [batch] bool
+    done_at: torch.Tensor,  # [batch]
+    freeze_finished: bool,
+    streamer=None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """3. Writes row b's first num_new[b] tokens after its length and checks the stopping criteria after every
+    token, not only at the step's end; with an EOS criterion a row that stops keeps its tokens up to there (as
+    generate() freezes it). Streams row 0's new tokens. Returns (num_new, flagged, done_at), updated."""
+    _write(sequences, lens, tokens, num_new)
+    for j in range(tokens.shape[1]):
+        rows = (j < num_new) & ~flagged
+        if not rows.any():
+            break
+        done = check_stopping(stopping_criteria, sequences, lens + j + 1, rows)
+        done_at = torch.where(done, lens + j + 1, done_at)
+        flagged = flagged | done
+        if freeze_finished:
+            num_new = torch.where(done, j + 1, num_new)
+    if streamer is not None and int(num_new[0]) > 0:
+        streamer.put(sequences[0, lens[0] : lens[0] + num_new[0]].cpu())
+    return num_new, flagged, done_at
 
 
 def finish(

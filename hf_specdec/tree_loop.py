@@ -16,9 +16,9 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel,
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import DraftContext, Drafter, TargetFeatures
 from hf_specdec.errors import UnsupportedTreeError
-from hf_specdec.loop import _write, finish
+from hf_specdec.loop import commit, finish, new_buffers
 from hf_specdec.policy import TreeDraftPolicy
-from hf_specdec.processing import CONTEXT_FREE, check_stopping, process_scores
+from hf_specdec.processing import CONTEXT_FREE, process_scores
 from hf_specdec.stats import SpeculativeStats
 from hf_specdec.tree import DraftTree
 from hf_specdec.verify import verify_tree_greedy, verify_tree_stochastic
@@ -109,20 +109,10 @@ def tree_decode(
     do_sample = generation_config.do_sample
     pad_token = generation_config._pad_token_tensor
     freeze_finished = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
-    output_scores = generation_config.return_dict_in_generate and generation_config.output_scores
-    output_logits = generation_config.return_dict_in_generate and generation_config.output_logits
-
     max_depth = policy.max_depth
-    sequences = torch.full(
-        (batch, max_length + max_depth + 1), 0 if pad_token is None else int(pad_token), dtype=torch.long, device=device
-    )  # [batch, buffer]
-    sequences[:, :prompt_len] = input_ids
-    lens = torch.full((batch,), prompt_len, dtype=torch.long, device=device)  # [batch]
-    flagged = torch.zeros(batch, dtype=torch.bool, device=device)
-    done_at = torch.full((batch,), max_length, dtype=torch.long, device=device)
-    max_new = max_length - prompt_len
-    scores_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_scores else None
-    logits_out = torch.zeros(batch, max_new, vocab_size, device=device) if output_logits else None
+    sequences, lens, flagged, done_at, scores_out, logits_out = new_buffers(
+        input_ids, generation_config, vocab_size, room=max_depth + 1
+    )
     step_stats = SpeculativeStats.empty(batch, max_depth)
 
     def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -161,17 +151,10 @@ def tree_decode(
         num_accepted = torch.where(active, verdict.num_accepted, 0)
 
         # 3. Commit the accepted path and one more token, checking the stopping criteria after every token.
-        num_new = torch.where(active, num_accepted + 1, 0)  # [batch]
-        _write(sequences, lens, verdict.committed, num_new)
-        for j in range(int(num_new.max())):
-            rows = (j < num_new) & ~flagged
-            if not rows.any():
-                break
-            done = check_stopping(stopping_criteria, sequences, lens + j + 1, rows)
-            done_at = torch.where(done, lens + j + 1, done_at)
-            flagged |= done
-            if freeze_finished:
-                num_new = torch.where(done, j + 1, num_new)
+        num_new, flagged, done_at = commit(
+            sequences, lens, verdict.committed, torch.where(active, num_accepted + 1, 0), stopping_criteria, flagged,
+            done_at, freeze_finished, streamer,
+        )
         if scores_out is not None or logits_out is not None:
             # The scores at the root and along the accepted path: what the target scored each new token with.
             on_path = torch.cat([torch.zeros_like(verdict.path[:, :1]), verdict.path.clamp_min(0)], dim=1)[:, : max_depth + 1]
@@ -180,8 +163,6 @@ def tree_decode(
                     along = values.gather(1, on_path[:, :, None].expand(-1, -1, values.shape[2]))
                     rows, cols = (torch.arange(on_path.shape[1], device=device) < num_new[:, None]).nonzero(as_tuple=True)
                     out[rows, lens[rows] - prompt_len + cols] = along[rows, cols]
-        if streamer is not None and int(num_new[0]) > 0:
-            streamer.put(sequences[0, lens[0] : lens[0] + num_new[0]].cpu())
         lens = lens + num_new
 
         # 4. Roll back both caches to the committed tokens; the last one is the next tree's root.
