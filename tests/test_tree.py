@@ -1,28 +1,15 @@
 """tree.py: EAGLE-2 tree construction on hand-built drafter probabilities, ancestors, depths, positions and
 the tree attention mask, each against a naive per-node definition."""
 
-import itertools
 
 import pytest
 import torch
 
 from hf_specdec import tree as trees
 from hf_specdec.tree import DraftTree, build_tree
+from tree_util import node_paths
 
 VOCAB = 5
-
-
-def _paths(candidates: DraftTree, row: int) -> list[tuple[int, ...]]:
-    """Each node's drafted tokens from the root down (the root's path is ())."""
-    tokens, parents = candidates.tokens[row].tolist(), candidates.parents[row].tolist()
-    paths = []
-    for node in range(len(tokens)):
-        path, at = [], node
-        while at > 0:
-            path.append(tokens[at])
-            at = parents[at]
-        paths.append(tuple(reversed(path)))
-    return paths
 
 
 def table_expand(table):
@@ -31,7 +18,7 @@ def table_expand(table):
     def expand(candidates, frontier):
         probs = torch.zeros(*frontier.shape, VOCAB)
         for row in range(frontier.shape[0]):
-            paths = _paths(candidates, row)
+            paths = node_paths(candidates, row)
             for slot, node in enumerate(frontier[row].tolist()):
                 if node >= 0:
                     probs[row, slot] = torch.tensor(table(row, paths[node]))
@@ -115,7 +102,7 @@ def test_batched_construction_equals_naive_per_row_construction(top_k, max_depth
         expected = naive_eagle2(table, row, top_k, max_depth, max_nodes, int(row_depth[row]))
         num = int(tree.num_nodes[row])
         assert tree.valid[row].tolist() == [True] * num + [False] * (tree.valid.shape[1] - num)
-        assert _paths(tree, row)[1:num] == expected, row
+        assert node_paths(tree, row)[1:num] == expected, row
         parents = tree.parents[row, 1:num]
         assert (parents < torch.arange(1, num)).all() and (parents >= 0).all()  # parents before children
         assert (tree.depths()[row, :num] <= int(row_depth[row])).all()

@@ -13,20 +13,9 @@ import torch
 import tiny_models
 from hf_specdec.cache import CachedModel
 from hf_specdec.tree import DraftTree, build_tree
+from tree_util import node_paths
 
 ATOL = 1e-5
-
-
-def _paths(tree: DraftTree, row: int) -> list[list[int]]:
-    tokens, parents = tree.tokens[row].tolist(), tree.parents[row].tolist()
-    paths = []
-    for node in range(len(tokens)):
-        path, at = [], node
-        while at > 0:
-            path.append(tokens[at])
-            at = parents[at]
-        paths.append(path[::-1])
-    return paths
 
 
 @torch.no_grad()
@@ -47,9 +36,9 @@ def random_tree(roots: torch.Tensor, seed: int, top_k=3, max_depth=3, max_nodes=
 def _check_tree_logits(model, logits, sequences, pad, lens, tree):
     for row in range(sequences.shape[0]):
         prefix = sequences[row, pad[row] : lens[row]].tolist()
-        for node, path in enumerate(_paths(tree, row)):
+        for node, path in enumerate(node_paths(tree, row)):
             if tree.valid[row, node]:
-                expected = naive_logits(model, prefix + path)
+                expected = naive_logits(model, prefix + list(path))
                 assert torch.allclose(logits[row, node], expected, atol=ATOL), (row, node, path)
 
 
@@ -176,16 +165,16 @@ def test_a_tree_grown_level_by_level_matches_naive_forwards_at_every_fed_node(na
         first = not state.tree_pending
         logits = state.forward_tree(sequences, pad, lens, candidates, feed=frontier[:, :0] if first else frontier)
         for row in range(2):
-            paths = _paths(candidates, row)
+            paths = node_paths(candidates, row)
             prefix = sequences[row, pad[row] : lens[row]].tolist()
             for slot, node in enumerate(frontier[row].tolist()):
                 if node >= 0:
-                    expected = naive_logits(model, prefix + paths[node])
+                    expected = naive_logits(model, prefix + list(paths[node]))
                     assert torch.allclose(logits[row, slot], expected, atol=ATOL), (row, node)
                     checked.append(len(paths[node]))
         return logits.softmax(dim=-1)
 
-    tree = build_tree(sequences[torch.arange(2), lens - 1], expand, top_k=2, max_depth=3, max_nodes=6)
+    build_tree(sequences[torch.arange(2), lens - 1], expand, top_k=2, max_depth=3, max_nodes=6)
     assert sorted(set(checked)) == [0, 1, 2]  # the root and nodes of depth 1 and 2 were fed and checked
     state.keep_paths(torch.full((2, 0), -1), torch.zeros(2, dtype=torch.long))  # a drafter drops its tree
     assert state.num_cached.tolist() == (lens - pad).tolist()
