@@ -106,20 +106,15 @@ class StepCosts:
         return plain * verify / self.verify_ms(1) + num_drafts * self.draft_overhead_ms()
 
 
-_registry: dict[tuple, tuple[weakref.ref, weakref.ref | None, StepCosts]] = {}
-_lock = threading.Lock()
-
-
-_mask_choices: dict[tuple, tuple[weakref.ref, bool]] = {}
-_mask_lock = threading.Lock()
+#: Measured costs (StepCosts) and mask choices (bool), by setting.
+_registry: dict[tuple, tuple[weakref.ref, weakref.ref | None, object]] = {}
+_lock = threading.RLock()
 
 
 def reset_calibration() -> None:
     """Forgets every measured cost and mask choice; the next call of each model pair times its forwards again."""
     with _lock:
         _registry.clear()
-    with _mask_lock:
-        _mask_choices.clear()
 
 
 def prefers_position_masks(target, batch_size: int, device: torch.device) -> bool:
@@ -133,13 +128,12 @@ def prefers_position_masks(target, batch_size: int, device: torch.device) -> boo
     dtype = next(target.parameters()).dtype
     if dtype not in (torch.bfloat16, torch.float16) or target.config._attn_implementation not in ("eager", "sdpa"):
         return False
-    key = (id(target), str(device), str(dtype), batch_size, torch.get_num_threads())
-    with _mask_lock:
-        stored = _mask_choices.get(key)
-        if stored is not None and stored[0]() is target:
-            return stored[1]
-        choice = _time_mask_styles(target, batch_size, device)
-        _mask_choices[key] = (weakref.ref(target), choice)
+    key = ("masks", id(target), str(device), str(dtype), batch_size, torch.get_num_threads())
+    with _lock:  # reentrant: `measure` asks while it holds the lock
+        choice = _lookup(key, target, None)
+        if choice is None:
+            choice = _time_mask_styles(target, batch_size, device)
+            _registry[key] = (weakref.ref(target), None, choice)
         return choice
 
 
@@ -160,15 +154,13 @@ def _time_mask_styles(target, batch_size: int, device: torch.device) -> bool:
         cached.forward(sequences, pad_lens, context + width, width)
         cached.rollback(context.clone(), slack=CONTEXT)
 
-    totals = {}
-    for style, cached in scratch.items():
+    for cached in scratch.values():
         verify(cached, 1)  # warm-up
     rounds = {(style, width): [] for style in scratch for width in (1, 2)}
     for _ in range(REPEATS):
         for style, width in rounds:
             rounds[style, width].append(_time_ms(lambda: verify(scratch[style], width)))
-    for style in scratch:
-        totals[style] = sum(min(rounds[style, width]) for width in (1, 2))
+    totals = {style: sum(min(rounds[style, width]) for width in (1, 2)) for style in scratch}
     return totals[True] <= 0.97 * totals[False]
 
 
@@ -351,7 +343,7 @@ def _key(target, identity, batch_size: int, device: torch.device, widths: tuple[
     return (id(target), id(identity), str(device), str(dtype), batch_size, torch.get_num_threads(), widths, sampling)
 
 
-def _lookup(key: tuple, target, identity) -> StepCosts | None:
+def _lookup(key: tuple, target, identity):
     stored = _registry.get(key)
     if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
         return stored[2]
