@@ -391,12 +391,12 @@ class CachedModel:
                 f"{self.model.config._attn_implementation!r} takes none of; load it with attn_implementation='sdpa' "
                 "(or 'eager'), or draft chains (gamma=an int)."
             )
-        if "position_ids" not in inspect.signature(type(self.model).forward).parameters:  # the class's, not a wrapper's
+        if "position_ids" not in forward_parameters(self.model):  # the class's, not a wrapper's
             raise UnsupportedModelError(
                 f"{name} takes no position_ids; the nodes of a draft tree share positions, which it cannot be told. "
                 "Draft chains with it (gamma=an int)."
             )
-        if not feeds_positions(self.model):
+        if not self._positions:  # a tree's nodes need explicit positions, fed as generate() would feed them
             raise UnsupportedModelError(
                 f"{name}'s forward is wrapped in a function whose signature hides position_ids from generate(), so plain "
                 "decoding lets it place tokens itself (counting padding), which a tree's shared positions cannot "
