@@ -16,6 +16,7 @@ busy machine is idle again); timings taken on a busy machine are only as good as
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import statistics
 import threading
@@ -27,7 +28,8 @@ import torch
 
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import DraftContext, Drafter
-from hf_specdec.policy import DraftPolicy, DraftSchedule
+from hf_specdec.policy import DraftPolicy, DraftSchedule, TreeDraftPolicy
+from hf_specdec.tree_schedule import TreeSchedule
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +108,56 @@ class StepCosts:
         return plain * verify / self.verify_ms(1) + num_drafts * self.draft_overhead_ms()
 
 
-#: Measured costs (StepCosts) and mask choices (bool), by setting.
+#: The tree whose loop steps are timed for `TreeCosts` (top_k, depth, nodes): two levels, so that what a tree
+#: costs per level and per node can be told apart from what a chain of one costs.
+TREE_PROBE = (4, 2, 8)
+
+
+@dataclass(frozen=True)
+class TreeCosts:
+    """What a call run as draft trees costs per step: `chain` (the chain loop's StepCosts, with forward widths up to
+    the largest tree) and whole steps of the tree loop, timed like `StepCosts.loop_ms`: `plain_ms` (the root
+    alone), `chain_ms` (a chain of one) and `tree_ms` (a tree of TREE_PROBE's shape).
+
+    A shape with D levels and N drafted nodes is priced as plain_ms * v(N + 1) / v(1) + D * per_level + N * per_node
+    (`shape_ms`): the width ratio from the forwards, and the two extras (the drafter's forward per level; the
+    processing and bookkeeping per node) solved from the chain of one and the probe tree, never below 0.
+    `TreeCosts(chain=StepCosts(...), plain_ms=.., chain_ms=.., tree_ms=..)` pins tree decisions by hand.
+    """
+
+    chain: StepCosts
+    plain_ms: float
+    chain_ms: float
+    tree_ms: float
+
+    def _ratio(self, nodes: int) -> float:
+        return self.chain.verify_ms(nodes + 1) / self.chain.verify_ms(1)
+
+    def extras(self) -> tuple[float, float]:
+        """(ms per level, ms per node) a tree adds besides its wider forward."""
+        _, depth, nodes = TREE_PROBE
+        one = max(0.0, self.chain_ms - self.plain_ms * self._ratio(1))  # a level and a node
+        probe = max(0.0, self.tree_ms - self.plain_ms * self._ratio(nodes))  # `depth` levels and `nodes` nodes
+        per_node = (probe - depth * one) / (nodes - depth)
+        if per_node < 0:  # levels explain it all (and overprice the probe: the safe side)
+            return one, 0.0
+        if per_node > one:  # nodes explain it all
+            return 0.0, probe / nodes
+        return one - per_node, per_node
+
+    def shape_ms(self, shape) -> float:
+        """Milliseconds of a tree-loop step drafting `shape` (a TreeDraftPolicy: top_k, max_depth, max_nodes)."""
+        per_level, per_node = self.extras()
+        return self.plain_ms * self._ratio(shape.max_nodes) + shape.max_depth * per_level + shape.max_nodes * per_node
+
+    def step_ms(self, num_drafts: int) -> float:
+        """A chain of `num_drafts` in the tree loop (0: a plain step), as `StepCosts.step_ms`."""
+        if num_drafts == 0:
+            return self.plain_ms
+        return self.shape_ms(TreeDraftPolicy(top_k=1, max_depth=num_drafts, max_nodes=num_drafts))
+
+
+#: Measured costs (StepCosts, TreeCosts) and mask choices (bool), by setting.
 _registry: dict[tuple, tuple[weakref.ref, weakref.ref | None, object]] = {}
 _lock = threading.RLock()
 
@@ -255,6 +306,31 @@ class _ClockedPolicy(DraftPolicy):
         return schedule
 
 
+class _ClockedTreeSchedule(TreeSchedule):
+    """A fixed tree shape every step (None: plain steps of the tree loop), and the time of every verification."""
+
+    def __init__(self, policy: "_ClockedTreePolicy"):
+        super().__init__(policy)
+        self.shape = None if policy.plain else policy
+        self.times: list[float] = []
+
+    def update(self, active, num_drafted, num_accepted) -> None:
+        self.times.append(time.perf_counter())
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ClockedTreePolicy(TreeDraftPolicy):
+    """Drafts this tree every step (`plain`: the root alone) and hands each call's clocked schedule to `schedules`."""
+
+    plain: bool = False
+    schedules: list = field(default_factory=list)
+
+    def tree_schedule(self) -> TreeSchedule:
+        schedule = _ClockedTreeSchedule(self)
+        self.schedules.append(schedule)
+        return schedule
+
+
 class _Vetted(Drafter):
     """A drafter the asking call already checked against the target with its own tokenizers: the scratch calls
     use the vocabulary width that check agreed on instead of checking again without them (a padded head
@@ -284,6 +360,16 @@ def measure_loop_steps(
     Random drafts are rejected, so every step scores 1 + drafts tokens and commits one, as a useless
     drafter's would. `vocab_size`: the width the asking call's check agreed on (None: check here, without
     tokenizers); `generation_config`: the asking call's, so the scratch steps run its processors."""
+    policies = {num_drafts: _ClockedPolicy(max_gamma=1, num_drafts=num_drafts) for num_drafts in (0, 1)}
+    return _time_scratch_steps(target, drafter, batch_size, device, do_sample, vocab_size, generation_config, policies)
+
+
+def _time_scratch_steps(
+    target, drafter: Drafter, batch_size: int, device: torch.device, do_sample: bool, vocab_size: int | None,
+    generation_config, policies: dict,
+) -> dict:
+    """{label: ms of a step} for each clocked policy (`_ClockedPolicy` or `_ClockedTreePolicy`), timed in scratch
+    generate() calls as `measure_loop_steps` says; {} (and a warning) if a scratch call fails."""
     from hf_specdec.dispatch import generate_with_drafter  # the loop itself, as a user's call runs it
 
     if vocab_size is not None:
@@ -297,11 +383,11 @@ def measure_loop_steps(
     config.update(max_new_tokens=LOOP_STEPS + 1, min_new_tokens=None, max_length=None, do_sample=do_sample,
                   num_beams=1, num_return_sequences=1, eos_token_id=None, stop_strings=None,
                   return_dict_in_generate=False, output_scores=False, output_logits=False)
-    rounds: dict[int, list[float]] = {0: [], 1: []}
+    rounds: dict = {label: [] for label in policies}
     try:
         for attempt in range(LOOP_ROUNDS):  # no warm-up call: the forwards above warmed up, and a median skips step 1
-            for num_drafts, times in rounds.items():
-                policy = _ClockedPolicy(max_gamma=1, num_drafts=num_drafts)
+            for label, times in rounds.items():
+                policy = dataclasses.replace(policies[label], schedules=[])  # a fresh clock per call
                 generate_with_drafter(
                     target, drafter, input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config,
                     gamma=policy, generator=torch.Generator(device=device).manual_seed(attempt),
@@ -314,7 +400,9 @@ def measure_loop_steps(
         logger.warning("hf_specdec: could not time loop steps (%s: %s); pricing drafts from timed forwards alone.",
                        type(error).__name__, error)
         return {}
-    return {num_drafts: min(times) for num_drafts, times in rounds.items()}
+    if not all(rounds.values()):
+        return {}
+    return {label: min(times) for label, times in rounds.items()}
 
 
 def _cost_identity(drafter: Drafter):
@@ -380,9 +468,40 @@ def step_costs(
             return costs
         costs = measure(target, drafter, batch_size, device, widths, do_sample, vocab_size=vocab_size,
                         generation_config=generation_config)
-        try:
-            identity_ref = weakref.ref(identity)
-        except TypeError:
-            identity_ref = None
-        _registry[key] = (weakref.ref(target), identity_ref, costs)
+        _store(key, target, identity, costs)
         return costs
+
+
+def tree_costs(
+    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
+    vocab_size: int | None = None, generation_config=None,
+) -> TreeCosts | None:
+    """The stored TreeCosts for this pair and setting (chain costs from `step_costs`, then scratch generate() calls
+    of the tree loop), measured on first use; None when the tree loop's steps could not be timed (then the call
+    drafts chains)."""
+    chain = step_costs(target, drafter, batch_size, device, widths, do_sample, vocab_size, generation_config)
+    identity = _cost_identity(drafter)
+    key = ("trees", *_key(target, identity, batch_size, device, widths, _sampling(do_sample, generation_config)))
+    with _lock:
+        stored = _registry.get(key)
+        if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
+            return stored[2]
+        top_k, depth, nodes = TREE_PROBE
+        policies = {
+            "plain": _ClockedTreePolicy(top_k=1, max_depth=1, max_nodes=1, plain=True),
+            "chain": _ClockedTreePolicy(top_k=1, max_depth=1, max_nodes=1),
+            "tree": _ClockedTreePolicy(top_k=top_k, max_depth=depth, max_nodes=nodes),
+        }
+        steps = _time_scratch_steps(target, drafter, batch_size, device, do_sample, vocab_size, generation_config, policies)
+        costs = TreeCosts(chain, steps["plain"], steps["chain"], steps["tree"]) if steps else None
+        _store(key, target, identity, costs)
+        return costs
+
+
+def _store(key: tuple, target, identity, value) -> None:
+    """Keeps `value` in the registry for as long as `target` and `identity` (the drafter's model or head) live."""
+    try:
+        identity_ref = weakref.ref(identity)
+    except TypeError:
+        identity_ref = None
+    _registry[key] = (weakref.ref(target), identity_ref, value)

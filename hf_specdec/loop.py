@@ -16,7 +16,8 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from hf_specdec import calibration, compat
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter
-from hf_specdec.policy import DraftPolicy, TreeDraftPolicy
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, TreeDraftPolicy
+from hf_specdec.tree_schedule import TreeSchedule
 from hf_specdec.processing import check_stopping, process_scores
 from hf_specdec.stats import SpeculativeStats
 from hf_specdec.verify import verify_greedy, verify_stochastic
@@ -77,12 +78,14 @@ def speculative_decode(
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     pad_lens = compat.left_padding(model_kwargs.get("attention_mask"), input_ids)  # [batch]
-    if isinstance(policy, TreeDraftPolicy):  # draft trees: their own loop, hf_specdec/tree_loop.py
+    max_new = generation_config.max_length - prompt_len
+    schedule = _schedule(model, drafter, policy, batch, device, max_new, generation_config, vocab_size, model_kwargs)
+    if isinstance(schedule, TreeSchedule):  # draft trees: their own loop, hf_specdec/tree_loop.py
         from hf_specdec.tree_loop import tree_decode
 
         return tree_decode(
             model, input_ids, logits_processor, stopping_criteria, generation_config, streamer, drafter=drafter,
-            policy=policy, vocab_size=vocab_size, pad_lens=pad_lens, generator=generator, stats=stats,
+            schedule=schedule, vocab_size=vocab_size, pad_lens=pad_lens, generator=generator, stats=stats,
             cache=model_kwargs.get("past_key_values"),
         )
     max_length = generation_config.max_length
@@ -91,7 +94,6 @@ def speculative_decode(
     # Like _sample: rows that hit EOS are frozen and padded; without an EOS criterion rows run on
     # until every row has stopped, and all end at the same length.
     freeze_finished = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
-    max_new = max_length - prompt_len
     sequences, lens, flagged, done_at, scores_out, logits_out = new_buffers(
         input_ids, generation_config, vocab_size, room=max_gamma + 1
     )
@@ -101,9 +103,6 @@ def speculative_decode(
     session = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
     feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
     step_stats = SpeculativeStats.empty(batch, max_gamma)
-    schedule = policy.start(  # this call's draft lengths (and what it learns)
-        model, drafter, batch, device, max_new, do_sample, vocab_size, generation_config=generation_config
-    )
 
     def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return process_scores(logits_processor, sequences, lengths, scores, rows)
@@ -168,6 +167,23 @@ def speculative_decode(
     return finish(
         sequences, lens, flagged, done_at, prompt_len, pad_token, scores_out, logits_out, generation_config,
         step_stats, stats, target.num_forwards, session.num_forwards, streamer,
+    )
+
+
+def _schedule(model, drafter: Drafter, policy: DraftPolicy, batch: int, device: torch.device, max_new: int,
+              generation_config: GenerationConfig, vocab_size: int, model_kwargs: dict):
+    """This call's schedule (what it learns about its drafts): a TreeSchedule for the tree loop (a TreeDraftPolicy, or
+    the default when it finds trees pay here), else the chain schedule of draft lengths."""
+    if isinstance(policy, TreeDraftPolicy):
+        return policy.tree_schedule()
+    trees = {}  # whether trees can run, for the default only (a user's own policy's start need not take it)
+    if isinstance(policy, CostAwareDraftPolicy) and policy.trees:
+        from hf_specdec.tree_loop import can_draft_trees
+
+        trees["trees_possible"] = can_draft_trees(model, drafter, batch, device, model_kwargs.get("past_key_values"))
+    return policy.start(
+        model, drafter, batch, device, max_new, generation_config.do_sample, vocab_size,
+        generation_config=generation_config, **trees,
     )
 
 

@@ -180,8 +180,16 @@ class CostAwareDraftPolicy(DraftPolicy):
             its rate (guards against drafting on noise in the measured costs).
         give_up_after: rejections (all rows together) after which a call that has accepted no draft stops
             drafting except for probes.
-        costs: a `hf_specdec.calibration.StepCosts` to use instead of measuring (pins every decision,
-            across processes too).
+        trees: also consider draft trees (EAGLE-2's, `TreeDraftPolicy` shapes) where the drafter drafts them
+            and the target takes tree masks: the call then runs in the tree loop when, on the measured costs
+            and the prior acceptances, some tree beats the best chain (on CPUs that compute bf16, where a
+            forward over 16 tokens costs little more than over 1), and each step picks a plain step, a chain or
+            a tree from the acceptance observed per rank of candidate (`hf_specdec.tree_schedule`).
+        max_nodes: most drafted nodes of a tree considered.
+        prior_ranks: prior acceptance of a drafter's 2nd, 3rd, ... best candidate at a node (the best's is
+            `prior_alpha`), worth `prior_weight` observations; its length gives the most children per node.
+        costs: a `hf_specdec.calibration.StepCosts` (chains) or `TreeCosts` (chains and trees) to use
+            instead of measuring (pins every decision, across processes too).
     """
 
     max_gamma: int = 6
@@ -194,7 +202,10 @@ class CostAwareDraftPolicy(DraftPolicy):
     max_probe_interval: int = 64
     probe_budget: float = 0.01
     give_up_after: int = 3
-    costs: object | None = None  # StepCosts
+    trees: bool = True
+    max_nodes: int = 32
+    prior_ranks: tuple[float, ...] = (0.15, 0.08, 0.05)
+    costs: object | None = None  # StepCosts, or TreeCosts
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -211,20 +222,49 @@ class CostAwareDraftPolicy(DraftPolicy):
         _check_int("max_probe_interval", self.max_probe_interval, self.probe_after)
         if not self.probe_budget > 0:
             raise InvalidGammaError(f"probe_budget must be > 0, got {self.probe_budget!r}.")
+        if not isinstance(self.trees, bool):
+            raise InvalidGammaError(f"trees must be True or False, got {self.trees!r}.")
+        _check_int("max_nodes", self.max_nodes, 1)
+        ranks = self.prior_ranks
+        if not isinstance(ranks, tuple) or not all(
+            isinstance(a, (int, float)) and not isinstance(a, bool) and 0 <= a <= 1 for a in ranks
+        ) or self.prior_alpha + sum(ranks) > 1:
+            raise InvalidGammaError(
+                f"prior_ranks must be a tuple of probabilities that sum with prior_alpha to at most 1, got {ranks!r}."
+            )
 
-    def widths(self) -> tuple[int, ...]:
-        """Target forward widths to time (others are interpolated): 1 .. 4, then every other."""
-        return tuple(sorted({*range(1, min(self.max_gamma + 1, 4) + 1), *range(5, self.max_gamma + 2, 2), self.max_gamma + 1}))
+    def widths(self, trees: bool = False) -> tuple[int, ...]:
+        """Target forward widths to time (others are interpolated): 1 .. 4, then every other; for trees also
+        every tree size the default considers (up to max_nodes + 1, the root included)."""
+        widths = {*range(1, min(self.max_gamma + 1, 4) + 1), *range(5, self.max_gamma + 2, 2), self.max_gamma + 1}
+        if trees:
+            from hf_specdec.tree_schedule import NODE_COUNTS
+
+            widths |= {nodes + 1 for nodes in NODE_COUNTS if nodes <= self.max_nodes} | {self.max_nodes + 1}
+        return tuple(sorted(widths))
 
     def start(
         self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None,
-        do_sample: bool = False, vocab_size: int | None = None, generation_config=None,
+        do_sample: bool = False, vocab_size: int | None = None, generation_config=None, trees_possible: bool = False,
     ) -> "CostAwareSchedule":
-        from hf_specdec.calibration import step_costs
+        """This call's schedule: a `CostAwareTreeSchedule` (run by the tree loop) when `trees` is on, the loop
+        found that this target and drafter can draft trees (`trees_possible`) and the measured costs say trees
+        pay on the prior acceptances (`tree_schedule.trees_pay`); else a chain schedule."""
+        from hf_specdec.calibration import StepCosts, TreeCosts, step_costs, tree_costs
+        from hf_specdec.tree_schedule import CostAwareTreeSchedule, trees_pay
 
         costs = self.costs
+        trees = self.trees and trees_possible and not isinstance(costs, StepCosts)
         if costs is None:
-            costs = step_costs(target, drafter, batch_size, device, self.widths(), do_sample, vocab_size, generation_config)
+            widths = self.widths(trees)
+            if trees:  # None: the tree loop's steps could not be timed
+                costs = tree_costs(target, drafter, batch_size, device, widths, do_sample, vocab_size, generation_config)
+            if costs is None:
+                costs = step_costs(target, drafter, batch_size, device, widths, do_sample, vocab_size, generation_config)
+        if isinstance(costs, TreeCosts):
+            if trees and trees_pay(self, costs, costs.chain):
+                return CostAwareTreeSchedule(self, costs, batch_size, device, max_new_tokens)
+            costs = costs.chain
         return CostAwareSchedule(self, costs, batch_size, device, max_new_tokens)
 
 
@@ -367,6 +407,12 @@ class TreeDraftPolicy(DraftPolicy):
         _check_int("max_nodes", self.max_nodes, 1)
         object.__setattr__(self, "max_gamma", self.max_depth)
         super().__post_init__()
+
+    def tree_schedule(self):
+        """This call's shapes: this one every step (`hf_specdec.tree_schedule.TreeSchedule`)."""
+        from hf_specdec.tree_schedule import TreeSchedule
+
+        return TreeSchedule(self)
 
     def start(self, *args, **kwargs) -> "DraftSchedule":
         from hf_specdec.errors import UnsupportedTreeError

@@ -15,12 +15,12 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel,
 
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import DraftContext, Drafter, TargetFeatures
-from hf_specdec.errors import UnsupportedTreeError
+from hf_specdec.errors import UnsupportedModelError, UnsupportedTreeError
 from hf_specdec.loop import commit, finish, new_buffers
-from hf_specdec.policy import TreeDraftPolicy
 from hf_specdec.processing import CONTEXT_FREE, process_scores
 from hf_specdec.stats import SpeculativeStats
 from hf_specdec.tree import DraftTree
+from hf_specdec.tree_schedule import TreeSchedule
 from hf_specdec.verify import verify_tree_greedy, verify_tree_stochastic
 
 
@@ -75,6 +75,31 @@ def _path_features(columns, path: torch.Tensor, lens: torch.Tensor, tree: DraftT
     return TargetFeatures(hidden=columns.hidden, index=index, positions=columns.positions, fed=fed)
 
 
+def _start(model, drafter: Drafter, batch: int, device: torch.device, cache, max_depth: int):
+    """Step 0's checks: (the target's CachedModel, the drafter's session) if they can draft and score trees, else
+    UnsupportedModelError / UnsupportedTreeError before any forward."""
+    target = CachedModel(model, batch, device, cache=cache)
+    target.check_trees()
+    session = drafter.start(model, batch, device)
+    if not session.drafts_trees:
+        raise UnsupportedTreeError(
+            f"{type(drafter).__name__} drafts chains only (its session's drafts_trees is False); hf_specdec's model, "
+            f"feature-head and prompt-lookup drafters draft trees. Pass gamma={max_depth} (a chain) with this drafter."
+        )
+    session.check_trees()
+    return target, session
+
+
+def can_draft_trees(model, drafter: Drafter, batch: int, device: torch.device, cache=None) -> bool:
+    """Whether `tree_decode` would run this target and drafter (its step 0's checks pass), without raising: the
+    default policy considers trees only then."""
+    try:
+        _start(model, drafter, batch, device, cache, max_depth=1)
+    except (UnsupportedModelError, UnsupportedTreeError):
+        return False
+    return True
+
+
 def tree_decode(
     model: PreTrainedModel,
     input_ids: torch.LongTensor,  # [batch, prompt_len] left-padded
@@ -84,24 +109,17 @@ def tree_decode(
     streamer,
     *,
     drafter: Drafter,
-    policy: TreeDraftPolicy,
+    schedule: TreeSchedule,
     vocab_size: int,
     pad_lens: torch.Tensor,  # [batch]
     generator: torch.Generator | None,
     stats: SpeculativeStats | None,
     cache=None,
 ):
-    """The tree loop; called by `loop.speculative_decode` after its step-0 checks, with its arguments."""
+    """The tree loop; called by `loop.speculative_decode` after its step-0 checks, with its arguments and the
+    call's `schedule` (each step's tree shape)."""
     # 0. Checks, before any forward pass.
-    target = CachedModel(model, input_ids.shape[0], input_ids.device, cache=cache)
-    target.check_trees()
-    session = drafter.start(model, input_ids.shape[0], input_ids.device)
-    if not session.drafts_trees:
-        raise UnsupportedTreeError(
-            f"{type(drafter).__name__} drafts chains only (its session's drafts_trees is False); hf_specdec's model, "
-            f"feature-head and prompt-lookup drafters draft trees. Pass gamma={policy.max_depth} (a chain) with this drafter."
-        )
-    session.check_trees()
+    target, session = _start(model, drafter, input_ids.shape[0], input_ids.device, cache, schedule.max_depth)
     feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
     batch, prompt_len = input_ids.shape
     device = input_ids.device
@@ -109,7 +127,7 @@ def tree_decode(
     do_sample = generation_config.do_sample
     pad_token = generation_config._pad_token_tensor
     freeze_finished = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
-    max_depth = policy.max_depth
+    max_depth, max_nodes = schedule.max_depth, schedule.max_nodes
     sequences, lens, flagged, done_at, scores_out, logits_out = new_buffers(
         input_ids, generation_config, vocab_size, room=max_depth + 1
     )
@@ -124,13 +142,14 @@ def tree_decode(
         if not active.any():
             break
 
-        # 1. Draft a tree per row, never deeper than max_length leaves room for.
+        # 1. Draft a tree per row in the schedule's shape (none: a plain step), never deeper than max_length leaves room for.
+        shape = schedule.shape
         room = (max_length - lens - 1).clamp_min(0)  # [batch]
-        row_depth = torch.where(active, room.clamp(max=max_depth), 0)  # [batch]
+        row_depth = torch.where(active, room.clamp(max=0 if shape is None else shape.max_depth), 0)  # [batch]
         roots = sequences.gather(1, (lens - 1)[:, None])  # [batch, 1]
         if int(row_depth.max()) > 0:
             ctx = DraftContext(sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process)
-            tree = session.propose_tree(ctx, policy, row_depth)
+            tree = session.propose_tree(ctx, shape, row_depth)
         else:
             tree = DraftTree.chain(roots)  # the root alone: a plain step
 
@@ -146,9 +165,12 @@ def tree_decode(
         else:
             verdict = verify_tree_greedy(tree.tokens, tree.parents, target_scores)
         target.keep_paths(verdict.path, verdict.num_accepted)
+        num_accepted = torch.where(active, verdict.num_accepted, 0)
+        drafted_depth = torch.where(tree.valid, tree.depths(), 0).max(dim=1).values  # [batch] the tree's depth
+        schedule.observe_tree(active, tree, verdict.path, num_accepted)
+        schedule.update(active, drafted_depth, num_accepted)
         # The target's states at the committed tokens it just read, for a drafter that reads them.
         target_features = _path_features(columns, verdict.path, lens, tree) if columns is not None else None
-        num_accepted = torch.where(active, verdict.num_accepted, 0)
 
         # 3. Commit the accepted path and one more token, checking the stopping criteria after every token.
         num_new, flagged, done_at = commit(
@@ -167,11 +189,10 @@ def tree_decode(
 
         # 4. Roll back both caches to the committed tokens; the last one is the next tree's root.
         num_valid = lens - pad_lens - 1  # [batch]
-        target.rollback(torch.minimum(target.num_cached, num_valid), slack=policy.max_nodes + 1)
+        target.rollback(torch.minimum(target.num_cached, num_valid), slack=max_nodes + 1)
         session.observe(num_valid, target_features)
-        drafted_depth = torch.where(tree.valid, tree.depths(), 0).max(dim=1).values  # [batch] the tree's depth
         step_stats.record_step(active, drafted_depth, num_accepted, num_new)
-        step_stats.record_tree(active, tree.num_nodes - 1, policy.max_nodes)
+        step_stats.record_tree(active, tree.num_nodes - 1, max_nodes)
 
     return finish(
         sequences, lens, flagged, done_at, prompt_len, pad_token, scores_out, logits_out, generation_config,

@@ -50,6 +50,12 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"),
         ("exact", "= plain greedy"),
     ],
+    "trees": [
+        ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("acceptance_rate", "acceptance"),
+        ("tokens_per_step", "tokens/forward"), ("forward_gain", "forward gain"), ("tokens_per_s", "tokens/s"),
+        ("speedup", "vs plain"), ("speedup_range", "vs plain, one repeat"), ("vs_best_chain", "vs best chain"),
+        ("exact", "= plain greedy"),
+    ],
     "datagen": [
         ("method", "method"), ("batch_size", "batch"), ("tokens", "tokens"), ("seconds", "s"), ("tokens_per_s", "tokens/s"),
     ],

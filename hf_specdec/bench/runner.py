@@ -31,7 +31,7 @@ MODES = ("greedy", "sampled")
 @dataclass
 class BenchConfig:
     sections: tuple[str, ...] = (
-        "plain", "gamma", "hf", "batch", "bound", "default", "feature", "int8", "datagen", "policy", "lookup",
+        "plain", "gamma", "hf", "batch", "bound", "default", "feature", "trees", "int8", "datagen", "policy", "lookup",
     )
     modes: tuple[str, ...] = MODES
     max_new_tokens: int = 128
@@ -50,6 +50,7 @@ class BenchConfig:
     dtype: str = "float32"  # the target's, for the report
     ignore_eos: bool = False  # every row generates max_new_tokens (EOS does not stop it) and all are counted
     feature_gammas: tuple[int, ...] = (1, 2, 3, 4)
+    tree_shapes: tuple[tuple[int, int, int], ...] = ((4, 4, 16), (4, 3, 8), (8, 6, 32))  # (top_k, depth, nodes)
     datagen_batch_size: int = 32
     out: Path = field(default_factory=lambda: Path("bench-results"))
 

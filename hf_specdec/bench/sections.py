@@ -22,7 +22,7 @@ from hf_specdec.bench.runner import Bench, BenchConfig
 from hf_specdec.calibration import stored_costs
 from hf_specdec.drafters import resolve_drafter
 from hf_specdec.loading import load_drafter
-from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy, TreeDraftPolicy
 
 Result = dict[str, Any]
 
@@ -138,8 +138,11 @@ def _decided_with(bench: Bench, drafter, batch_size: int, mode: str) -> dict[str
     nothing is timed here) and the per-token acceptance at which one draft pays under them."""
     policy = CostAwareDraftPolicy()
     device = bench.target.device
-    costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths(), mode == "sampled")
-    if costs is None:
+    for trees in (True, False):  # the widths a call times include tree sizes when its drafter can draft trees
+        costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths(trees), mode == "sampled")
+        if costs is not None:
+            break
+    else:
         return {}
     schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, drafter, batch_size, device)
     return {
@@ -236,6 +239,55 @@ def feature(bench: Bench) -> Result:
             "alpha = per-token acceptance along the decoded path (accepted / (accepted + rejections)) at that gamma.",
             "head / target step: one drafting step of the head and one 1-token target forward, batch 1, timed by "
             "hf_specdec.calibration (the loop's own forwards, fastest of 5).",
+        ],
+    }
+
+
+def _tree_label(gamma) -> str:
+    if isinstance(gamma, TreeDraftPolicy):
+        return f"tree {gamma.top_k}/{gamma.max_depth}/{gamma.max_nodes}"
+    if isinstance(gamma, CostAwareDraftPolicy):
+        return "default" if gamma.trees else "default, chains only"
+    return f"chain {gamma}"
+
+
+def trees(bench: Bench) -> Result:
+    """8. Draft trees with the feature head (issue 23): fixed chains, fixed trees, the default (which may run
+    trees) and the default held to chains, side by side with plain generate() at each batch size; batch 1 runs
+    every chain of `feature_gammas` and every tree of `tree_shapes`, larger batches batch 1's best chain and
+    best tree. 'vs best chain' compares tokens per target forward (the tree gain) and speed."""
+    if bench.feature_drafter is None:
+        return {"skipped": "no feature drafter (pass --feature-drafter DIR)."}
+    drafter = bench.feature_drafter
+    shapes = [TreeDraftPolicy(top_k=k, max_depth=d, max_nodes=n) for k, d, n in bench.config.tree_shapes]
+    defaults = [CostAwareDraftPolicy(), CostAwareDraftPolicy(trees=False)]
+    rows = []
+    for mode in bench.config.modes:
+        best_chain, best_tree = bench.config.feature_gammas[0], shapes[0]
+        for size in sorted(bench.config.batch_sizes):
+            fixed = [*bench.config.feature_gammas, *shapes] if size == 1 else [best_chain, best_tree]
+            methods = [(bench.specdec(g, drafter, "trees"), {"method": _tree_label(g), "gamma": _tree_label(g)})
+                       for g in [*fixed, *defaults]]
+            group = bench.rows_side_by_side(methods, mode, size)
+            chains = [row for row in group if str(row["method"]).startswith("chain")]
+            trees_ = [row for row in group if str(row["method"]).startswith("tree")]
+            chain = max(chains, key=lambda row: row["speedup"])
+            for row in group:
+                row["vs_best_chain"] = round(row["speedup"] / chain["speedup"], 4)
+                if row.get("tokens_per_step") and chain.get("tokens_per_step"):
+                    row["forward_gain"] = round(row["tokens_per_step"] / chain["tokens_per_step"], 4)
+            if size == 1:
+                best_chain = next(g for g in fixed if _tree_label(g) == chain["method"])
+                best_tree = next(g for g in shapes if _tree_label(g) == max(trees_, key=lambda r: r["speedup"])["method"])
+            rows += group
+    return {
+        "rows": rows,
+        "notes": [
+            "Timed side by side with plain generate() at each batch size, as in the default section.",
+            "vs best chain = this row's speedup over the fastest chain's of its group; forward gain = its tokens "
+            "per target forward over that chain's (the tree gain issue 23 measures, 1.25 or more wanted).",
+            "default = no gamma= (it runs trees where its calibration says they pay); 'default, chains only' = "
+            "CostAwareDraftPolicy(trees=False).",
         ],
     }
 
@@ -381,6 +433,7 @@ SECTIONS: dict[str, Section] = {
         "Feature drafter (EAGLE head)", feature,
         lambda c: len(c.modes) * len(c.batch_sizes),
     ),
+    "trees": Section("Draft trees (feature head)", trees, lambda c: len(c.modes) * len(c.batch_sizes)),
     "int8": Section("int8 drafter", int8, lambda c: 1 + len(c.modes)),
     "datagen": Section("Data generation for distillation (tokens/s)", datagen, lambda c: 1),
     "policy": Section("Adaptive gamma policies (batch 1)", policy, lambda c: 3 * len(c.modes)),
