@@ -76,7 +76,17 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     assert "## Gamma sweep" in markdown and "## Leviathan bound" in markdown
 
     sections = results["sections"]
-    assert list(sections) == ["plain", "gamma", "hf", "batch", "bound", "default", "feature", "int8", "datagen", "policy", "lookup"]
+    assert list(sections) == ["plain", "gamma", "hf", "batch", "bound", "default", "feature", "trees", "int8", "datagen",
+                              "policy", "lookup"]
+    tree_rows = sections["trees"]["rows"]  # every chain and tree at batch 1, the best of each at 2, both defaults
+    assert {row["method"] for row in tree_rows if row["batch_size"] == 1} == {
+        "chain 1", "chain 2", "chain 3", "chain 4", "tree 4/4/16", "tree 4/3/8", "tree 8/6/32", "default",
+        "default, chains only"}
+    assert len([row for row in tree_rows if row["batch_size"] == 2 and row["mode"] == "greedy"]) == 4
+    for row in tree_rows:
+        assert row["vs_best_chain"] > 0 and row["forward_gain"] > 0
+        if row["mode"] == "greedy":
+            assert row["exact_rows"] == row["num_rows"] == 3, row
     assert {row["method"] for row in sections["datagen"]["rows"]} == {
         "stream_generate (continuous batching)", "generate() (static batches)"
     }
