@@ -473,19 +473,20 @@ def step_costs(
 
 
 def tree_costs(
-    target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
-    vocab_size: int | None = None, generation_config=None,
+    target, drafter: Drafter, batch_size: int, device: torch.device, chain: StepCosts, widths: tuple[int, ...],
+    do_sample: bool = False, vocab_size: int | None = None, generation_config=None,
 ) -> TreeCosts | None:
-    """The stored TreeCosts for this pair and setting (chain costs from `step_costs`, then scratch generate() calls
-    of the tree loop), measured on first use; None when the tree loop's steps could not be timed (then the call
-    drafts chains)."""
-    chain = step_costs(target, drafter, batch_size, device, widths, do_sample, vocab_size, generation_config)
+    """The stored TreeCosts for this pair and setting, measured on first use: target forwards of every width in
+    `widths` (tree sizes; their ratios replace `chain`'s, whose drafter step and loop steps are kept), then scratch
+    generate() calls of the tree loop. None when the tree loop's steps could not be timed (the call drafts chains)."""
     identity = _cost_identity(drafter)
     key = ("trees", *_key(target, identity, batch_size, device, widths, _sampling(do_sample, generation_config)))
     with _lock:
         stored = _registry.get(key)
         if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
             return stored[2]
+        wide = measure(target, drafter, batch_size, device, widths, do_sample, loop_steps=False)
+        chain = StepCosts(draft_ms=chain.draft_ms, target_ms=wide.target_ms, loop_ms=chain.loop_ms)
         top_k, depth, nodes = TREE_PROBE
         policies = {
             "plain": _ClockedTreePolicy(top_k=1, max_depth=1, max_nodes=1, plain=True),

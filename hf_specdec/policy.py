@@ -233,34 +233,35 @@ class CostAwareDraftPolicy(DraftPolicy):
                 f"prior_ranks must be a tuple of probabilities that sum with prior_alpha to at most 1, got {ranks!r}."
             )
 
-    def widths(self, trees: bool = False) -> tuple[int, ...]:
-        """Target forward widths to time (others are interpolated): 1 .. 4, then every other; for trees also
-        every tree size the default considers (up to max_nodes + 1, the root included)."""
-        widths = {*range(1, min(self.max_gamma + 1, 4) + 1), *range(5, self.max_gamma + 2, 2), self.max_gamma + 1}
-        if trees:
-            from hf_specdec.tree_schedule import NODE_COUNTS
+    def widths(self) -> tuple[int, ...]:
+        """Target forward widths to time (others are interpolated): 1 .. 4, then every other."""
+        return tuple(sorted({*range(1, min(self.max_gamma + 1, 4) + 1), *range(5, self.max_gamma + 2, 2), self.max_gamma + 1}))
 
-            widths |= {nodes + 1 for nodes in NODE_COUNTS if nodes <= self.max_nodes} | {self.max_nodes + 1}
-        return tuple(sorted(widths))
+    def tree_widths(self) -> tuple[int, ...]:
+        """The widths above and every tree size the default considers (up to max_nodes + 1, the root included)."""
+        from hf_specdec.tree_schedule import NODE_COUNTS
+
+        sizes = {nodes + 1 for nodes in NODE_COUNTS if nodes <= self.max_nodes} | {self.max_nodes + 1}
+        return tuple(sorted({*self.widths(), *sizes}))
 
     def start(
         self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None,
         do_sample: bool = False, vocab_size: int | None = None, generation_config=None, trees_possible: bool = False,
     ) -> "CostAwareSchedule":
-        """This call's schedule: a `CostAwareTreeSchedule` (run by the tree loop) when `trees` is on, the loop
-        found that this target and drafter can draft trees (`trees_possible`) and the measured costs say trees
-        pay on the prior acceptances (`tree_schedule.trees_pay`); else a chain schedule."""
-        from hf_specdec.calibration import StepCosts, TreeCosts, step_costs, tree_costs
-        from hf_specdec.tree_schedule import CostAwareTreeSchedule, trees_pay
+        """This call's schedule: a `CostAwareTreeSchedule` (run by the tree loop) when `trees` is on, the loop found
+        that this target and drafter can draft trees (`trees_possible`) and the measured costs say trees pay on
+        the prior acceptances (`tree_schedule.trees_pay`); else a chain schedule. Tree costs are timed only where
+        the chain's costs, read optimistically for trees, leave them a chance (`tree_schedule.trees_might_pay`)."""
+        from hf_specdec.calibration import TreeCosts, step_costs, tree_costs
+        from hf_specdec.tree_schedule import CostAwareTreeSchedule, trees_might_pay, trees_pay
 
+        trees = self.trees and trees_possible
         costs = self.costs
-        trees = self.trees and trees_possible and not isinstance(costs, StepCosts)
         if costs is None:
-            widths = self.widths(trees)
-            if trees:  # None: the tree loop's steps could not be timed
-                costs = tree_costs(target, drafter, batch_size, device, widths, do_sample, vocab_size, generation_config)
-            if costs is None:
-                costs = step_costs(target, drafter, batch_size, device, widths, do_sample, vocab_size, generation_config)
+            costs = step_costs(target, drafter, batch_size, device, self.widths(), do_sample, vocab_size, generation_config)
+            if trees and trees_might_pay(self, costs):
+                costs = tree_costs(target, drafter, batch_size, device, costs, self.tree_widths(), do_sample, vocab_size,
+                                   generation_config) or costs  # None: the tree loop's steps could not be timed
         if isinstance(costs, TreeCosts):
             if trees and trees_pay(self, costs, costs.chain):
                 return CostAwareTreeSchedule(self, costs, batch_size, device, max_new_tokens)

@@ -180,3 +180,18 @@ def trees_pay(policy, tree_costs, chain_costs) -> bool:
     shapes = tree_shapes(policy.max_gamma, policy.max_nodes, len(ranks))
     tree_rate = max(expected_tokens(ranks, s.top_k, s.max_depth, s.max_nodes) / tree_costs.shape_ms(s) for s in shapes)
     return tree_rate > chain_rate * (1 + policy.min_gain) and math.isfinite(tree_rate)
+
+
+def trees_might_pay(policy, chain_costs) -> bool:
+    """Whether trees are worth timing: `trees_pay` on tree costs read optimistically off the chain's (a tree step
+    = the chain loop's plain step scaled by the width ratio, extrapolated past the timed widths, plus one draft's
+    measured extra per level and nothing per node). Where width is dear (fp32, AVX2 CPUs) this says no, and the
+    call's calibration times nothing more."""
+    from hf_specdec.calibration import TREE_PROBE, TreeCosts
+
+    _, depth, nodes = TREE_PROBE
+    plain = chain_costs.step_ms(0)
+    one = max(0.0, chain_costs.step_ms(1) - plain * chain_costs.verify_ms(2) / chain_costs.verify_ms(1))
+    probe = plain * chain_costs.verify_ms(nodes + 1) / chain_costs.verify_ms(1) + depth * one
+    optimistic = TreeCosts(chain=chain_costs, plain_ms=plain, chain_ms=chain_costs.step_ms(1), tree_ms=probe)
+    return trees_pay(policy, optimistic, chain_costs)

@@ -200,7 +200,8 @@ def counted_measurements(monkeypatch):
     measure = calibration.measure
 
     def counting(*args, **kwargs):
-        calls.append(args[2])  # batch size
+        if kwargs.get("loop_steps", True):  # a chain calibration (tree calibrations add wider forwards)
+            calls.append(args[2])  # batch size
         return measure(*args, **kwargs)
 
     monkeypatch.setattr(calibration, "measure", counting)
@@ -225,7 +226,7 @@ def test_seeded_sampling_is_identical_across_two_calls_and_calibrates_once(targe
 
 def test_stored_costs_are_the_calls_own_and_never_time_anything(target, partial_drafter, counted_measurements):
     input_ids, mask = tiny_models.prompts(2, seed=32)
-    widths, device = CostAwareDraftPolicy().widths(trees=True), input_ids.device  # the drafter drafts trees
+    widths, device = CostAwareDraftPolicy().widths(), input_ids.device
     drafter = resolve_drafter(partial_drafter)  # a new wrapper around the same model finds the same numbers
     assert calibration.stored_costs(target, drafter, 2, device, widths) is None
     assert counted_measurements == []  # asking measured nothing
@@ -472,7 +473,7 @@ def test_when_loop_steps_cannot_be_timed_the_call_still_decodes_exactly(target, 
         out = target.generate(input_ids, drafter=partial_drafter, **kwargs)
     assert "could not time loop steps" in caplog.text and "scratch call failed" in caplog.text
     assert torch.equal(out, target.generate(input_ids, **kwargs))
-    stored = calibration.stored_costs(target, resolve_drafter(partial_drafter), 2, input_ids.device, CostAwareDraftPolicy().widths(trees=True))
+    stored = calibration.stored_costs(target, resolve_drafter(partial_drafter), 2, input_ids.device, CostAwareDraftPolicy().widths())
     assert stored is not None and stored.loop_ms == ()
     calibration.reset_calibration()
 

@@ -208,6 +208,7 @@ def test_tree_steps_that_cannot_be_timed_leave_the_call_to_chains(target, partia
         raise RuntimeError("scratch tree call failed")
 
     monkeypatch.setattr(calibration._ClockedTreePolicy, "tree_schedule", broken)
+    monkeypatch.setattr(tree_schedule, "trees_might_pay", lambda policy, costs: True)  # time trees whatever the costs
     calibration.reset_calibration()
     input_ids, mask = tiny_models.prompts(2, seed=5)
     kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=10)
@@ -225,3 +226,12 @@ def test_tree_steps_that_cannot_be_timed_leave_the_call_to_chains(target, partia
 def test_invalid_tree_settings_of_the_default_raise(bad):
     with pytest.raises(hf_specdec.InvalidGammaError):
         CostAwareDraftPolicy(**bad)
+
+
+def test_trees_are_not_even_timed_where_the_chains_costs_leave_them_no_chance():
+    policy = CostAwareDraftPolicy()
+    assert tree_schedule.trees_might_pay(policy, CHEAP.chain)
+    assert not tree_schedule.trees_might_pay(policy, DEAR.chain)
+    # Width timed only up to 7 tokens: the ratio is extrapolated from the last two timed widths.
+    short = StepCosts(draft_ms=2.0, target_ms={w: ms for w, ms in CHEAP.chain.target_ms if w <= 7}, loop_ms={0: 62.0, 1: 66.4})
+    assert tree_schedule.trees_might_pay(policy, short)

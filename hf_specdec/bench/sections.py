@@ -138,11 +138,8 @@ def _decided_with(bench: Bench, drafter, batch_size: int, mode: str) -> dict[str
     nothing is timed here) and the per-token acceptance at which one draft pays under them."""
     policy = CostAwareDraftPolicy()
     device = bench.target.device
-    for trees in (True, False):  # the widths a call times include tree sizes when its drafter can draft trees
-        costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths(trees), mode == "sampled")
-        if costs is not None:
-            break
-    else:
+    costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths(), mode == "sampled")
+    if costs is None:
         return {}
     schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, drafter, batch_size, device)
     return {
