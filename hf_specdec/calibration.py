@@ -478,7 +478,8 @@ def tree_costs(
 ) -> TreeCosts | None:
     """The stored TreeCosts for this pair and setting, measured on first use: target forwards of every width in
     `widths` (tree sizes; their ratios replace `chain`'s, whose drafter step and loop steps are kept), then scratch
-    generate() calls of the tree loop. None when the tree loop's steps could not be timed (the call drafts chains)."""
+    generate() calls of the tree loop, in turns with one of the chain loop's plain steps, which puts them in
+    `chain`'s time base. None when the tree loop's steps could not be timed (the call drafts chains)."""
     identity = _cost_identity(drafter)
     key = ("trees", *_key(target, identity, batch_size, device, widths, _sampling(do_sample, generation_config)))
     with _lock:
@@ -489,12 +490,17 @@ def tree_costs(
         chain = StepCosts(draft_ms=chain.draft_ms, target_ms=wide.target_ms, loop_ms=chain.loop_ms)
         top_k, depth, nodes = TREE_PROBE
         policies = {
+            "chain loop": _ClockedPolicy(max_gamma=1, num_drafts=0),  # the time base, timed in the same turns
             "plain": _ClockedTreePolicy(top_k=1, max_depth=1, max_nodes=1, plain=True),
             "chain": _ClockedTreePolicy(top_k=1, max_depth=1, max_nodes=1),
             "tree": _ClockedTreePolicy(top_k=top_k, max_depth=depth, max_nodes=nodes),
         }
         steps = _time_scratch_steps(target, drafter, batch_size, device, do_sample, vocab_size, generation_config, policies)
-        costs = TreeCosts(chain, steps["plain"], steps["chain"], steps["tree"]) if steps else None
+        costs = None
+        if steps:
+            # In the chain's time base: its plain step was timed at another moment, and load changes absolute times.
+            scale = chain.step_ms(0) / steps["chain loop"]
+            costs = TreeCosts(chain, steps["plain"] * scale, steps["chain"] * scale, steps["tree"] * scale)
         _store(key, target, identity, costs)
         return costs
 

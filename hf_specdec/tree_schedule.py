@@ -169,24 +169,31 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
         return self._choices[key]
 
 
-def trees_pay(policy, tree_costs, chain_costs) -> bool:
+#: How much the best tree must beat the best chain on the optimistic reading of `trees_might_pay`: wide enough for
+#: timing noise in the chain's widths (float32 on an AMD EPYC Zen 5 read 0.98-1.01 in two calibrations; bf16, where
+#: trees paid, 1.14).
+MIGHT_PAY_MARGIN = 0.05
+
+
+def trees_pay(policy, tree_costs, chain_costs, margin: float | None = None) -> bool:
     """Whether a call should run as trees: on the prior acceptances, the best shape in the tree loop beats the
-    best chain in the chain loop by `min_gain`, and the tree loop's plain step (what a call pays once it gives a
-    drafter up) costs no more than the chain loop's by `min_gain`."""
+    best chain in the chain loop by `margin` (default `min_gain`), and the tree loop's plain step (what a call
+    pays once it gives a drafter up) costs no more than the chain loop's by `min_gain`."""
+    margin = policy.min_gain if margin is None else margin
     if tree_costs.step_ms(0) > chain_costs.step_ms(0) * (1 + policy.min_gain):
         return False
     ranks = [policy.prior_alpha, *policy.prior_ranks]
     chain_rate = max(expected_tokens(ranks, 1, k, k) / chain_costs.step_ms(k) for k in range(0, policy.max_gamma + 1))
     shapes = tree_shapes(policy.max_gamma, policy.max_nodes, len(ranks))
     tree_rate = max(expected_tokens(ranks, s.top_k, s.max_depth, s.max_nodes) / tree_costs.shape_ms(s) for s in shapes)
-    return tree_rate > chain_rate * (1 + policy.min_gain) and math.isfinite(tree_rate)
+    return tree_rate > chain_rate * (1 + margin) and math.isfinite(tree_rate)
 
 
 def trees_might_pay(policy, chain_costs) -> bool:
-    """Whether trees are worth timing: `trees_pay` on tree costs read optimistically off the chain's (a tree step
-    = the chain loop's plain step scaled by the width ratio, extrapolated past the timed widths, plus one draft's
-    measured extra per level and nothing per node). Where width is dear (fp32, AVX2 CPUs) this says no, and the
-    call's calibration times nothing more."""
+    """Whether trees are worth timing: `trees_pay`, by MIGHT_PAY_MARGIN, on tree costs read optimistically off the
+    chain's (a tree step = the chain loop's plain step scaled by the width ratio, extrapolated past the timed widths,
+    plus one draft's measured extra per level and nothing per node). Where width is dear (fp32, AVX2 CPUs) this
+    says no, and the call's calibration times nothing more."""
     from hf_specdec.calibration import TREE_PROBE, TreeCosts
 
     _, depth, nodes = TREE_PROBE
@@ -194,4 +201,4 @@ def trees_might_pay(policy, chain_costs) -> bool:
     one = max(0.0, chain_costs.step_ms(1) - plain * chain_costs.verify_ms(2) / chain_costs.verify_ms(1))
     probe = plain * chain_costs.verify_ms(nodes + 1) / chain_costs.verify_ms(1) + depth * one
     optimistic = TreeCosts(chain=chain_costs, plain_ms=plain, chain_ms=chain_costs.step_ms(1), tree_ms=probe)
-    return trees_pay(policy, optimistic, chain_costs)
+    return trees_pay(policy, optimistic, chain_costs, margin=MIGHT_PAY_MARGIN)
