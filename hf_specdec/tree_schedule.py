@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
 from typing import Sequence
 
@@ -126,6 +127,7 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
         self.trials = torch.zeros_like(self.prior)  # decayed trials per rank
         self.shape = None
         self._choices: dict[tuple, TreeDraftPolicy | None] = {}  # rounded estimates -> best shape
+        self._priced = sorted(((costs.shape_ms(shape), shape) for shape in self.shapes), key=lambda pair: pair[0])
         super().__init__(policy, costs, batch_size, device, max_new_tokens)
 
     def ranks(self) -> list[float]:
@@ -155,14 +157,19 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
     def best_shape(self, deepest: int) -> TreeDraftPolicy | None:
         """The shape at most `deepest` deep with the most committed tokens per millisecond (None: a plain step);
         as for chains, a shape must beat every cheaper one's rate by `min_gain` to be chosen."""
-        ranks = self.ranks()
-        key = (deepest, *(round(a, 2) for a in ranks))
+        ranks = [round(a / 0.02) * 0.02 for a in self.ranks()]  # decisions are remembered per rounded estimate
+        key = (deepest, *ranks)
         if key not in self._choices:
+            tokens = {}  # (top_k, depth) -> expected tokens by node count: one best-first pass serves every size
             best, best_rate = None, 1.0 / self.costs.step_ms(0)
-            for shape in sorted(self.shapes, key=self.costs.shape_ms):
+            for ms, shape in self._priced:
                 if shape.max_depth > deepest:
                     continue
-                rate = expected_tokens(ranks, shape.top_k, shape.max_depth, shape.max_nodes) / self.costs.shape_ms(shape)
+                if (shape.top_k, shape.max_depth) not in tokens:
+                    values = node_values(ranks, shape.top_k, shape.max_depth, self.max_nodes)
+                    tokens[shape.top_k, shape.max_depth] = list(itertools.accumulate(values, initial=1.0))
+                by_nodes = tokens[shape.top_k, shape.max_depth]
+                rate = by_nodes[min(shape.max_nodes, len(by_nodes) - 1)] / ms
                 if rate > best_rate * (1 + self.policy.min_gain):
                     best, best_rate = shape, rate
             self._choices[key] = best

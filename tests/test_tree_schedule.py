@@ -54,6 +54,23 @@ def test_expected_tokens_equal_brute_force_and_the_chain_formula():
     assert expected_tokens([0.6, 0.2], 2, 2, 3) == pytest.approx(1 + 0.6 + 0.36 + 0.2)  # 0.36 (1, 1) beats 0.2 * 0.6
 
 
+def test_the_shape_chosen_is_the_one_with_the_most_expected_tokens_per_ms_that_beats_cheaper_ones_by_min_gain():
+    # Oracle: every shape priced from scratch with expected_tokens (brute-force-checked above).
+    generator = torch.Generator().manual_seed(1)
+    for trial in range(10):
+        schedule = _start({}, CHEAP)
+        hits = torch.rand(4, generator=generator) * torch.tensor([30.0, 10.0, 5.0, 3.0])
+        schedule.hits, schedule.trials = hits.double(), torch.full((4,), 40.0, dtype=torch.float64)
+        deepest = 1 + trial % 6
+        ranks = [round(a / 0.02) * 0.02 for a in schedule.ranks()]
+        best, best_rate = None, 1 / CHEAP.step_ms(0)
+        for shape in sorted(schedule.shapes, key=CHEAP.shape_ms):
+            rate = expected_tokens(ranks, shape.top_k, shape.max_depth, shape.max_nodes) / CHEAP.shape_ms(shape)
+            if shape.max_depth <= deepest and rate > best_rate * 1.02:
+                best, best_rate = shape, rate
+        assert schedule.best_shape(deepest) == best
+
+
 def _tree(parents):
     parents = torch.tensor([parents])
     valid = torch.ones_like(parents, dtype=torch.bool)
