@@ -290,7 +290,8 @@ class CachedModel:
             itself = torch.zeros_like(causal)
             itself[:, :, -chunk_valid.shape[1] :] = torch.diag_embed(~chunk_valid)
         dtype = self._mask_dtype
-        hidden = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=self.model_device)
+        # A fill, not torch.tensor(value, device=...): that copies from the host and waits for the GPU, every forward.
+        hidden = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=self.model_device)
         masks = {}
         for layer_type, window in self.layout.windows.items():
             visible = causal

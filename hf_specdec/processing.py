@@ -47,8 +47,9 @@ def _common_length(lengths: torch.Tensor, rows: torch.Tensor) -> int | None:
     """The length of every row when all rows are selected and equally long (every step of plain
     decoding, and most of a batch's), else None: then the batch goes through in one call, as generate()
     makes it."""
-    values = lengths.tolist()  # one small copy: this runs twice per step, and every tensor op costs
-    return values[0] if min(values) == max(values) and bool(rows.all()) else None
+    # One small copy of both (on a GPU each copy waits for the device): this runs for every verified column.
+    values, selected = torch.stack([lengths, rows.to(lengths)]).tolist()
+    return values[0] if min(values) == max(values) and all(selected) else None
 
 
 #: Processor attributes that hold one entry per batch row (transformers 5.x), by processor class.

@@ -191,10 +191,12 @@ def verify_tree_greedy(
     at = torch.zeros(batch, dtype=torch.long, device=node_tokens.device)  # [batch] deepest accepted node
     path = torch.full_like(node_tokens, -1)
     num_accepted = torch.zeros_like(at)
-    # One pass in node order finds the path: a node's children all come after it.
+    slots = torch.arange(num_nodes, device=node_tokens.device)  # [nodes] a path's entries
+    # One pass in node order finds the path: a node's children all come after it. No boolean indexing in the
+    # loop: each would wait for the GPU (a device-to-host copy of its row count), once per node and step.
     for node in range(1, num_nodes):
         hit = (parents[:, node] == at) & (node_tokens[:, node] == target_tokens[rows, at])  # [batch]
-        path[rows[hit], num_accepted[hit]] = node
+        path = torch.where(hit[:, None] & (slots == num_accepted[:, None]), node, path)
         num_accepted += hit
         at = torch.where(hit, node, at)
     return _tree_verdict(node_tokens, path, num_accepted, target_tokens[rows, at])
