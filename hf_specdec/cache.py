@@ -317,7 +317,11 @@ class CachedModel:
         """
         self._no_pending_tree()
         if not self.layout.bounded and bool((keep >= self.num_cached).all()):
-            return  # nothing to drop (a plain step, or a drafter that sat out)
+            # Nothing to drop (a plain step, a drafter that sat out, a tree whose path `keep_paths` kept); the
+            # masked columns a tree's other nodes leave between live ones still count against the slack.
+            if self.valid.shape[1] > int(self.num_cached.max()) + slack:
+                self.compact()
+            return
         self.valid &= self.positions < keep[:, None]
         self.num_cached = keep.clone()
         if self.layout.bounded:
