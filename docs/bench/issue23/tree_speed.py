@@ -58,9 +58,8 @@ for g, inputs in enumerate(groups):
     reference = None
     outs = {}
     for spec in order:
-        stats = hf_specdec.SpeculativeStats() if spec.startswith("g") or "/" in spec and not spec.startswith("base") else None
-        if spec.startswith("base:"):
-            stats = packages["base"].SpeculativeStats()
+        version, _, shape = spec.rpartition(":")
+        stats = None if shape == "plain" else packages[version or "new"].SpeculativeStats()
         torch.manual_seed(g)
         t = time.perf_counter()
         out = methods[spec](inputs, kw, stats)
