@@ -27,11 +27,7 @@ packages = {"new": hf_specdec}
 if "base:" in args.methods:
     import hf_specdec_base
     packages["base"] = hf_specdec_base
-drafters = {name: package.load_drafter(args.drafter) for name, package in packages.items()}
-for drafter in drafters.values():
-    for attr in ("head", "model"):
-        if hasattr(drafter, attr):
-            getattr(drafter, attr).to(dtype)
+drafters = {name: package.load_drafter(args.drafter) for name, package in packages.items()}  # as loaded: a head in float32
 
 def method(spec):
     version, _, shape = spec.rpartition(":")
