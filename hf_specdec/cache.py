@@ -181,6 +181,7 @@ class CachedModel:
             position_masks and model.config._attn_implementation in ("eager", "sdpa")
         )
         self._tree = None  # [batch, width] tree node held by each column (-1: committed) while a tree awaits keep_paths
+        self._tree_start = 0  # the first column the pending tree's forwards fed
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # [batch, width] live columns
         self.positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # [batch, width]
         self.num_cached = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch] tokens fed and kept
@@ -318,7 +319,11 @@ class CachedModel:
         """
         self._no_pending_tree()
         if not self.layout.bounded and bool((keep >= self.num_cached).all()):
-            return  # nothing to drop (a plain step, or a drafter that sat out)
+            # Nothing to drop (a plain step, a drafter that sat out, a tree whose path `keep_paths` kept); the
+            # masked columns a tree's other nodes leave between live ones still count against the slack.
+            if self.valid.shape[1] > int(self.num_cached.max()) + slack:
+                self.compact()
+            return
         self.valid &= self.positions < keep[:, None]
         self.num_cached = keep.clone()
         if self.layout.bounded:
@@ -463,6 +468,7 @@ class CachedModel:
             committed_positions = (self.num_cached[:, None] + fed.long().cumsum(dim=1) - 1).clamp_min(0)
             self.num_cached = self.num_cached + fed.sum(dim=1)
             self._tree = torch.full_like(self.valid, -1, dtype=torch.long)  # [batch, width_total] node per column
+            self._tree_start = self.valid.shape[1]  # the tree's columns (and this catch-up) start here
         else:
             fed = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
             index = committed_tokens = committed_positions = torch.zeros(batch, 0, dtype=torch.long, device=self.device)
@@ -503,9 +509,10 @@ class CachedModel:
     def keep_paths(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """Resolves the tree fed since the last `keep_paths`: the nodes on each row's accepted path (`path`
         [batch, k] node ids, -1 padded, as `verify_tree_*` return it; `num_accepted` [batch] of them)
-        become committed tokens, every other fed node is masked. The kept columns need not be adjacent:
-        positions are explicit and masks are built in position space, and compaction (see `rollback`)
-        frees the masked columns. A path node must have been fed."""
+        become committed tokens, every other fed node is dropped. Positions are explicit and masks are built
+        in position space, so only the order of a row's live columns matters: the tree's columns are closed
+        up (live ones first, in order) and the columns no row uses are cut, at the cost of a gather over the
+        tree's columns only. A path node must have been fed."""
         nodes = self._tree  # [batch, width] node id per column, -1 committed
         num_ids = max(int(nodes.max()) if nodes.numel() else 0, int(path.max()) if path.numel() else 0, 0) + 1
         kept = torch.zeros(path.shape[0], num_ids, dtype=torch.bool, device=self.device)
@@ -513,6 +520,29 @@ class CachedModel:
         self.valid &= (nodes < 0) | kept.gather(1, nodes.clamp_min(0))
         self.num_cached = self.num_cached + num_accepted
         self._tree = None
+        self._close_up(self._tree_start)
+
+    def _close_up(self, start: int) -> None:
+        """Moves each row's live columns from `start` on ahead of its masked ones, in order, and cuts the columns
+        no row uses any more (a row that kept fewer keeps masked columns up to the longest; `rollback` compacts
+        those once they pass its slack)."""
+        tail = self.valid[:, start:]  # [batch, tail]
+        if bool(tail.all()):
+            return
+        keep_width = int(tail.sum(dim=1).max())
+        # A stable sort puts each row's live columns first and keeps them in order.
+        order = torch.sort((~tail).to(torch.int8), dim=1, stable=True).indices[:, :keep_width]  # [batch, keep_width]
+        end = start + keep_width
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None:  # a layer that stores nothing (shared KV)
+                continue
+            index = (start + order).to(layer.keys.device)[:, None, :, None]  # [batch, 1, keep_width, 1]
+            for name in ("keys", "values"):
+                stored = getattr(layer, name)  # [batch, heads, width, dim], made by the last update's cat: ours
+                stored[:, :, start:end] = stored.gather(2, index.expand(-1, stored.shape[1], -1, stored.shape[3]))
+                setattr(layer, name, stored[:, :, :end])
+        self.valid = torch.cat([self.valid[:, :start], tail.gather(1, order)], dim=1)
+        self.positions = torch.cat([self.positions[:, :start], self.positions[:, start:].gather(1, order)], dim=1)
 
     def _no_pending_tree(self) -> None:
         if self._tree is not None:

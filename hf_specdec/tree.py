@@ -9,7 +9,7 @@ attends to the row's valid cached tokens, its ancestors and itself, nothing else
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -23,11 +23,16 @@ class DraftTree:
     the root's children. Nodes 1.. are drafted tokens; `parents[b, i] < i` for every valid node i > 0, and
     children of one parent appear in the order they should be tried (best first). Invalid (padding) nodes
     have token -1 and parent -1, so they are nobody's child.
+
+    A tree is never changed after it is made: its ancestor matrix and depths are computed once, on first
+    use, and kept (a step reads them in the drafter's, the target's and the verifier's code).
     """
 
     tokens: torch.Tensor  # [batch, nodes] long, -1 where invalid
     parents: torch.Tensor  # [batch, nodes] long, index of the parent node; -1 for the root and padding
     valid: torch.Tensor  # [batch, nodes] bool
+    _ancestors: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    _depths: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_nodes(self) -> torch.Tensor:
@@ -36,11 +41,15 @@ class DraftTree:
 
     def ancestors(self) -> torch.Tensor:
         """[batch, nodes, nodes] bool, see `ancestors`."""
-        return ancestors(self.parents)
+        if self._ancestors is None:
+            self._ancestors = ancestors(self.parents)
+        return self._ancestors
 
     def depths(self) -> torch.Tensor:
         """[batch, nodes] long, see `depths`."""
-        return depths(self.parents)
+        if self._depths is None:
+            self._depths = self.ancestors().sum(dim=2) - 1
+        return self._depths
 
     @staticmethod
     def chain(tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> "DraftTree":
@@ -56,16 +65,19 @@ class DraftTree:
 def ancestors(parents: torch.Tensor) -> torch.Tensor:
     """ancestors[b, i, j]: node j is node i itself or one of its ancestors ([batch, nodes, nodes] bool).
 
-    `parents` [batch, nodes] long, -1 for a node without a parent. Each node inherits its parent's row of
-    the matrix, in index order (parents come before children)."""
+    `parents` [batch, nodes] long, -1 for a node without a parent (parents come before children). Every
+    node climbs one level per pass, all at once, so a tree costs a few tensor ops per level, not per node."""
     batch, num_nodes = parents.shape
+    index = torch.arange(num_nodes, device=parents.device)
+    up = torch.where(parents >= 0, parents, index)  # [batch, nodes]; a node without a parent stays put
     result = torch.eye(num_nodes, dtype=torch.bool, device=parents.device).repeat(batch, 1, 1)
-    rows = torch.arange(batch, device=parents.device)
-    for node in range(1, num_nodes):
-        parent = parents[:, node]  # [batch]
-        has_parent = parent >= 0
-        inherited = result[rows, parent.clamp_min(0)] & has_parent[:, None]  # [batch, nodes]
-        result[:, node] |= inherited
+    at = index.expand(batch, -1)  # [batch, nodes] each node's ancestor reached so far
+    for _ in range(num_nodes - 1):
+        above = up.gather(1, at)
+        if torch.equal(above, at):  # every node has reached its top ancestor
+            break
+        result.scatter_(2, above[:, :, None], True)
+        at = above
     return result
 
 
@@ -157,7 +169,9 @@ def build_tree(
         candidates = DraftTree(tokens=tokens, parents=parents, valid=made_valid)
         probs = expand(candidates, frontier)  # [batch, width, vocab]
         num_children = min(top_k, probs.shape[-1])
-        child_probs, child_tokens = probs.double().topk(num_children, dim=-1)  # [batch, width, k], best first
+        # The k best in the drafter's own precision (ranks are the same in float64), scored in float64.
+        child_probs, child_tokens = probs.topk(num_children, dim=-1)  # [batch, width, k], best first
+        child_probs = child_probs.double()
         parent_ids = frontier[:, :, None].expand(-1, -1, num_children)  # [batch, width, k]
         parent_scores = scores.gather(1, frontier.clamp_min(0)).unsqueeze(2)  # [batch, width, 1]
         child_valid = (parent_ids >= 0) & (child_probs > 0)  # [batch, width, k]

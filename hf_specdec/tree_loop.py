@@ -46,20 +46,27 @@ def node_scores(
     rows: torch.Tensor,  # [batch] bool, rows to process
 ) -> torch.Tensor:
     """[batch, nodes, vocab]: generate()'s processors applied at every node as plain decoding would apply them
-    after that node: input_ids = the row's tokens plus the node's path. Processors that read only the
-    scores see the buffer as it is (one call per node either way)."""
-    context_free = all(type(processor) in CONTEXT_FREE for processor in processors)
-    depths = tree.depths()
-    paths = None if context_free else path_tokens(tree)
+    after that node: input_ids = the row's tokens plus the node's path; 0 at padding nodes and unselected rows.
+    Without processors that is the logits; processors that read only the scores (processing.CONTEXT_FREE)
+    take every node of every row in one call; others are called once per node with its context."""
+    live = rows[:, None] & tree.valid  # [batch, nodes]
+    if not processors:  # greedy decoding without processors: the logits themselves
+        return logits if bool(live.all()) else torch.where(live[:, :, None], logits, 0.0)
+    batch, num_nodes, vocab = logits.shape
+    if all(type(processor) in CONTEXT_FREE for processor in processors):  # temperature, top-k, top-p, ...
+        # A copy: processors may write into their scores, and the caller keeps the logits.
+        flat = processors(sequences.repeat_interleave(num_nodes, dim=0), logits.reshape(-1, vocab).clone())
+        return torch.where(live[:, :, None], flat.view(batch, num_nodes, vocab), 0.0)
+    depths, paths = tree.depths(), path_tokens(tree)
     out = []
-    for node in range(tree.tokens.shape[1]):
+    for node in range(num_nodes):
         context = sequences
-        if paths is not None and node > 0:
+        if node > 0:
             context = sequences.clone()
             on_path = paths[:, node] >= 0  # [batch, max_depth]
             batch_index, step = on_path.nonzero(as_tuple=True)
             context[batch_index, lens[batch_index] + step] = paths[batch_index, node, step]
-        out.append(process_scores(processors, context, lens + depths[:, node], logits[:, node], rows & tree.valid[:, node]))
+        out.append(process_scores(processors, context, lens + depths[:, node], logits[:, node], live[:, node]))
     return torch.stack(out, dim=1)
 
 
@@ -163,7 +170,7 @@ def tree_decode(
         if do_sample:
             verdict = verify_tree_stochastic(tree.tokens, tree.parents, target_scores.softmax(dim=-1), generator)
         else:
-            verdict = verify_tree_greedy(tree.tokens, tree.parents, target_scores)
+            verdict = verify_tree_greedy(tree.tokens, tree.parents, target_scores, tree.ancestors())
         target.keep_paths(verdict.path, verdict.num_accepted)
         num_accepted = torch.where(active, verdict.num_accepted, 0)
         drafted_depth = torch.where(tree.valid, tree.depths(), 0).max(dim=1).values  # [batch] the tree's depth

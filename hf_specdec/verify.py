@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import torch
 
+from hf_specdec.tree import ancestors
+
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Draws one token per row of `probs` ([..., vocab], rows sum to 1); returns [...] long. This is
@@ -181,25 +183,29 @@ def verify_tree_greedy(
     node_tokens: torch.Tensor,  # [batch, nodes] node 0 = root (last committed token), -1 for padding
     parents: torch.Tensor,  # [batch, nodes] parent node id, parents before children; -1 for root and padding
     target_scores: torch.Tensor,  # [batch, nodes, vocab] processed target scores at every node
+    tree_ancestors: torch.Tensor | None = None,  # [batch, nodes, nodes] bool, `tree.ancestors(parents)` if known
 ) -> TreeVerdict:
     """Greedy verification of a draft tree: the longest path from the root whose every token is the
-    target's argmax at its parent (unique: a node has one argmax, and its children distinct tokens), then
-    the target's argmax at the path's last node. A chain gives what `verify_greedy` gives."""
+    target's argmax at its parent (unique: a node has one argmax; should siblings repeat a token, the first
+    counts), then the target's argmax at the path's last node. A chain gives what `verify_greedy` gives."""
     batch, num_nodes = node_tokens.shape
-    rows = torch.arange(batch, device=node_tokens.device)
+    device = node_tokens.device
+    if tree_ancestors is None:
+        tree_ancestors = ancestors(parents)
+    index = torch.arange(num_nodes, device=device)
     target_tokens = target_scores.argmax(dim=-1)  # [batch, nodes]
-    at = torch.zeros(batch, dtype=torch.long, device=node_tokens.device)  # [batch] deepest accepted node
-    path = torch.full_like(node_tokens, -1)
-    num_accepted = torch.zeros_like(at)
-    slots = torch.arange(num_nodes, device=node_tokens.device)  # [nodes] a path's entries
-    # One pass in node order finds the path: a node's children all come after it. No boolean indexing in the
-    # loop: each would wait for the GPU (a device-to-host copy of its row count), once per node and step.
-    for node in range(1, num_nodes):
-        hit = (parents[:, node] == at) & (node_tokens[:, node] == target_tokens[rows, at])  # [batch]
-        path = torch.where(hit[:, None] & (slots == num_accepted[:, None]), node, path)
-        num_accepted += hit
-        at = torch.where(hit, node, at)
-    return _tree_verdict(node_tokens, path, num_accepted, target_tokens[rows, at])
+    # A node matches when it is its parent's argmax and no earlier sibling is.
+    match = (parents >= 0) & (node_tokens == target_tokens.gather(1, parents.clamp_min(0)))  # [batch, nodes]
+    earlier_sibling = (parents[:, :, None] == parents[:, None, :]) & (index[None, :, None] > index[None, None, :])
+    match &= ~(earlier_sibling & match[:, None, :]).any(dim=2)
+    # On the path: every ancestor but the root (and the node itself) matches; parents come before children,
+    # so the path's node ids increase with depth.
+    on_path = (~tree_ancestors | (match | (index == 0))[:, None, :]).all(dim=2) & (index > 0)  # [batch, nodes]
+    num_accepted = on_path.sum(dim=1)
+    path = torch.where(on_path, index, num_nodes).sort(dim=1).values
+    path = torch.where(path < num_nodes, path, -1)  # [batch, nodes]
+    at = torch.where(on_path, index, 0).max(dim=1).values  # [batch] the deepest accepted node (0: the root)
+    return _tree_verdict(node_tokens, path, num_accepted, target_tokens.gather(1, at[:, None]).squeeze(1))
 
 
 def verify_tree_stochastic(
@@ -242,13 +248,15 @@ def verify_tree_stochastic(
         # u < p_i(x) = residual(x) / mass, without dividing
         accept = tried & (draws[:, node - 1] * mass < residual.gather(1, token[:, None]).squeeze(1))
         reject = tried & ~accept
-        residual[rows[reject], token[reject]] = 0.0
-        mass = torch.where(reject, residual.sum(dim=-1), mass)
-        residual = torch.where(accept[:, None], target_probs[:, node], residual)
-        mass = torch.where(accept, 1.0, mass)
-        path[rows[accept], num_accepted[accept]] = node
-        num_accepted += accept
-        at = torch.where(accept, node, at)
+        if bool(reject.any()):
+            residual[rows[reject], token[reject]] = 0.0
+            mass = torch.where(reject, residual.sum(dim=-1), mass)
+        if bool(accept.any()):
+            residual = torch.where(accept[:, None], target_probs[:, node], residual)
+            mass = torch.where(accept, 1.0, mass)
+            path[rows[accept], num_accepted[accept]] = node
+            num_accepted += accept
+            at = torch.where(accept, node, at)
     # The last p_i at the deepest accepted node: its residual, or p itself for the bonus token. As in
     # `residual_probs`, an all-zero residual (rounding) falls back to p.
     total = residual.sum(dim=-1, keepdim=True)

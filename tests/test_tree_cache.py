@@ -120,6 +120,28 @@ def test_ragged_catch_up_and_a_root_only_row_in_one_tree_forward(target):
         assert torch.allclose(logits[row, 0], expected, atol=ATOL)
 
 
+
+def test_rejected_nodes_leave_no_cache_columns_behind(target):
+    # Every later forward attends over (and the cache copies) what a tree leaves: one row keeps only its
+    # committed tokens and accepted path; rows of a batch at most the longest row's plus the rollback slack.
+    gen = torch.Generator().manual_seed(3)
+    sequences = torch.randint(3, tiny_models.VOCAB, (2, 80), generator=gen)
+    for batch in (1, 2):
+        pad, lens = torch.tensor([0, 2])[:batch], torch.tensor([8, 8])[:batch]
+        state = CachedModel(target, batch, torch.device("cpu"))
+        for step in range(5):
+            tree = random_tree(sequences[torch.arange(batch), lens - 1], seed=step)
+            state.forward_tree(sequences, pad, lens, tree)
+            path = torch.full_like(tree.tokens, -1)
+            path[0, 0] = 1  # row 0 accepts the root's first child, row 1 nothing
+            num_accepted = torch.tensor([1, 0])[:batch]
+            state.keep_paths(path, num_accepted)
+            if batch == 1:
+                assert state.valid.shape[1] == int(state.num_cached[0]) == int(state.valid.sum())
+            lens = lens + num_accepted + 1
+            state.rollback(torch.minimum(state.num_cached, lens - pad - 1), slack=2)
+            assert state.valid.shape[1] <= int(state.num_cached.max()) + 2
+
 def test_a_tree_must_be_resolved_before_the_cache_moves_on(target):
     sequences = torch.randint(3, tiny_models.VOCAB, (1, 20), generator=torch.Generator().manual_seed(2))
     state = CachedModel(target, 1, torch.device("cpu"))

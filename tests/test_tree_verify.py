@@ -46,6 +46,32 @@ def test_greedy_stops_where_no_child_is_the_argmax():
     assert verdict.num_accepted.tolist() == [0] and verdict.committed[0, 0].item() == 4
 
 
+
+def test_greedy_verification_equals_the_walk_in_node_order_on_random_batched_trees():
+    # The walk greedy verification replaced (per node, in order: a child of the deepest accepted node whose
+    # token is that node's argmax), on padded batches of random trees with sibling tokens that repeat.
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        batch, num_nodes = 3, int(torch.randint(1, 12, (1,), generator=gen))
+        parents = torch.full((batch, num_nodes), -1)
+        for node in range(1, num_nodes):
+            parents[:, node] = torch.randint(0, node, (batch,), generator=gen)
+        tokens = torch.randint(0, 3, (batch, num_nodes), generator=gen)  # 3 tokens: siblings repeat often
+        valid = torch.arange(num_nodes) < torch.randint(1, num_nodes + 1, (batch, 1), generator=gen)
+        tokens, parents = torch.where(valid, tokens, -1), torch.where(valid, parents, -1)
+        scores = torch.randn(batch, num_nodes, 3, generator=gen)
+        verdict = verify.verify_tree_greedy(tokens, parents, scores)
+        argmax = scores.argmax(dim=-1)
+        for row in range(batch):
+            at, path = 0, []
+            for node in range(1, num_nodes):
+                if parents[row, node] == at and tokens[row, node] == argmax[row, at]:
+                    path.append(node)
+                    at = node
+            assert verdict.num_accepted[row].item() == len(path), trial
+            assert verdict.path[row, : len(path)].tolist() == path and (verdict.path[row, len(path):] == -1).all()
+            assert verdict.committed[row, len(path)].item() == argmax[row, at].item()
+
 def test_stochastic_never_accepts_a_child_without_target_mass_and_draws_the_last_residual():
     # Target at the root: mass only on tokens 1 and 2 (0.5 each). Root's children are 3 and 1; 3 is always
     # rejected; 1 is accepted with p_2(1) = 0.5 / (1 - 0) = 0.5; else the last residual is all on token 2.

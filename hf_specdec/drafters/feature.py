@@ -279,11 +279,12 @@ class FeatureDraftSession(ModelDraftSession):
 
     def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
         if features is not None:
-            fused = self.bound.head.input_features(features.hidden.to(self.bound.dtype))  # [batch, width, hidden]
-            self._reserve(int(features.index.max()) + 1, fused)
-            # Keep the states of the tokens that survived verification, at their buffer index.
+            # Keep the states of the tokens that survived verification, at their buffer index (fused only
+            # for those: a tree's forward fed many more).
             rows, cols = (features.fed & (features.positions < num_valid[:, None])).nonzero(as_tuple=True)
-            self.features[rows, features.index[rows, cols]] = fused[rows, cols]
+            fused = self.bound.head.input_features(features.hidden[rows, cols].to(self.bound.dtype))  # [kept, hidden]
+            self._reserve(int(features.index.max()) + 1, fused.expand(num_valid.shape[0], -1, -1))
+            self.features[rows, features.index[rows, cols]] = fused
         keep = torch.minimum(self.exact_entries, num_valid)
         self.cached.rollback(torch.minimum(self.cached.num_cached, keep), slack=self.slack)
 
