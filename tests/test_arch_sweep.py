@@ -6,7 +6,7 @@ Each type's tiny seeded model (tests/arch_zoo.py) runs the sweep's cases (tests/
 left-padded batches, a ragged batch, past the window for sliding-window models; BERT-like types also
 built as encoders), each against plain generate() on the same batch. The common families
 below run in the default suite with the classes they must keep (a model that stops being exact fails
-too); the whole sweep runs with `make test-sweep` (`pytest -m sweep`, about four minutes).
+too); the whole sweep runs with `make test-sweep` (`pytest -m sweep`, about 7 minutes on one core).
 """
 
 import pytest
