@@ -3,9 +3,12 @@
 Contract: for every model type in `arch_zoo.MODEL_TYPES` (or those named on the command line), builds
 the tiny target and a noisy copy as drafter (`tiny_models.perturbed`, scale 0.1: partial acceptance),
 runs each case of `CASES` both ways (sliding-window models also the 40-token cases, from prompts
-longer than their window of 8; with --stress also a 5-row ragged batch) and classifies the speculative
-run against hf_specdec's guarantee (output equals plain generate() on the same, left-padded, batch, or a
-typed SpeculativeError before the first forward pass). Types whose config has an `is_decoder` flag
+longer than their window of 8; with --stress also a 5-row ragged batch), drafting chains (`gamma=GAMMA`,
+the record's "cases") and draft trees (`gamma=TreeDraftPolicy(**TREE)`, its "tree_cases"); where some
+case refuses trees, also with the default policy (no `gamma=`, its "default_cases"), which must then draft
+chains, exact where chains are. Each speculative run is classified against hf_specdec's guarantee (output
+equals plain generate() on the same, left-padded, batch, or a typed SpeculativeError before the first
+forward pass). Types whose config has an `is_decoder` flag
 (BERT-like) are swept a second time built as encoders (`is_decoder=False`, their configs' default), as
 a record named "TYPE (is_decoder=False)":
 
@@ -16,6 +19,9 @@ a record named "TYPE (is_decoder=False)":
     refused after decoding started a SpeculativeError after some forward (breaks the guarantee)
     crash                          any other exception (type, message, deepest frame)
     differs                        tokens differ (first differing row and generated position)
+    float32 near-tie               tokens differ first where plain generate()'s own top two logits are
+                                   within FP32_TIE, and the same case in float64 is exact: the wider
+                                   verification forward rounded the other way (not a logic error)
     plain generate fails           the baseline itself raises: not hf_specdec's bug
 
 Only the public API is used (`import hf_specdec`; generate(drafter=..., gamma=...)). Everything is
@@ -23,13 +29,15 @@ seeded and runs on one CPU thread; each model does a fixed, small amount of work
 
     python tests/arch_sweep.py [OUT.json] [--stress] [--table docs/support.md] [--only TYPE ...]
 
-`--table` writes the support table the README links to (one row per model type: exact, exact at batch
-1 only, or refused, with the reason). tests/test_arch_sweep.py runs the same classification as tests.
+`--table` writes the support table the README links to (one row per model type, for chains and for trees:
+exact, exact at batch 1 only, or refused, with the reason). tests/test_arch_sweep.py runs the same
+classification as tests.
 """
 
 from __future__ import annotations
 
 import collections
+import copy
 import inspect
 import json
 import os
@@ -47,6 +55,8 @@ import arch_zoo  # noqa: E402
 import tiny_models  # noqa: E402
 
 GAMMA = 3
+#: The draft tree every type is also swept with (hf_specdec.TreeDraftPolicy's arguments).
+TREE = dict(top_k=2, max_depth=3, max_nodes=6)
 DRAFT_NOISE = 0.1
 SHORT, LONG = 12, 40  # new tokens; LONG goes well past arch_zoo.WINDOW
 
@@ -75,8 +85,12 @@ EXACT, IGNORED, REFUSED_BEFORE, REFUSED_AFTER = "exact", "drafter ignored", "ref
     "refused after decoding started"
 )
 CRASH, DIFFERS, PLAIN_FAILS, SKIPPED = "crash", "differs", "plain generate fails", "skipped (unbuildable)"
+NEAR_TIE = "float32 near-tie"
 #: Most severe first: a model's overall class is its most severe case.
-SEVERITY = (DIFFERS, CRASH, REFUSED_AFTER, IGNORED, REFUSED_BEFORE, PLAIN_FAILS, EXACT, SKIPPED)
+SEVERITY = (DIFFERS, CRASH, REFUSED_AFTER, IGNORED, NEAR_TIE, REFUSED_BEFORE, PLAIN_FAILS, EXACT, SKIPPED)
+#: A float32 forward of another width may round logits this far apart either way (docs/how-it-works.md
+#: measures ~3e-5 between a row alone and in a batch).
+FP32_TIE = 1e-4
 
 
 def prompts(lengths: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,7 +206,30 @@ def describe(model: torch.nn.Module) -> dict[str, Any]:
     return info
 
 
-def run_case(hf_specdec, target, drafter, case: Case) -> dict[str, Any]:
+def _top_two_gap(target, input_ids: torch.Tensor, kwargs: dict[str, Any], row: int, position: int) -> float | None:
+    """How far apart plain generate()'s top two logits are for `row`'s generated token `position`."""
+    try:
+        with torch.no_grad():
+            out = target.generate(input_ids, **kwargs, output_scores=True, return_dict_in_generate=True)
+        top = out.scores[position][row].topk(2).values
+    except Exception:  # noqa: BLE001
+        return None
+    return float(top[0] - top[1])
+
+
+def _in_float64(*models: torch.nn.Module) -> list[torch.nn.Module]:
+    copies = [copy.deepcopy(model).double() for model in models]
+    for model in copies:
+        try:
+            model.set_experts_implementation("eager")  # the grouped-matmul experts take no float64
+        except Exception:  # noqa: BLE001  (no experts, or an older transformers)
+            pass
+    return copies
+
+
+def run_case(hf_specdec, target, drafter, case: Case, gamma: Any = GAMMA, recheck: bool = True) -> dict[str, Any]:
+    """One case, plain and speculative; `gamma=None` calls generate() without it (the default policy). A difference
+    at a float32 near-tie is run again in float64 (`recheck`)."""
     input_ids, mask = prompts(case.prompt_lengths)
     kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=case.new_tokens)
     result: dict[str, Any] = {"case": case.name}
@@ -211,7 +248,7 @@ def run_case(hf_specdec, target, drafter, case: Case) -> dict[str, Any]:
     torch.manual_seed(0)
     try:
         with torch.no_grad():
-            spec = target.generate(input_ids, drafter=drafter, gamma=GAMMA, **kwargs)
+            spec = target.generate(input_ids, drafter=drafter, **kwargs, **({} if gamma is None else {"gamma": gamma}))
     except hf_specdec.SpeculativeError as error:
         forwards = sum(c.calls for c in counters)
         result.update(cls=REFUSED_BEFORE if forwards == 0 else REFUSED_AFTER, error=_error(error))
@@ -228,7 +265,8 @@ def run_case(hf_specdec, target, drafter, case: Case) -> dict[str, Any]:
     result["spec_new_tokens"] = int(spec.shape[1] - input_ids.shape[1])
 
     if spec.shape == plain.shape and torch.equal(spec, plain):
-        result["cls"] = EXACT if result["drafter_forwards"] > 0 else IGNORED
+        # The default may find that drafting does not pay and only probe; a fixed gamma must draft.
+        result["cls"] = EXACT if result["drafter_forwards"] > 0 or gamma is None else IGNORED
         return result
     # First difference: the earliest generated position in any row (a length mismatch counts at the end
     # of the shorter output).
@@ -243,6 +281,12 @@ def run_case(hf_specdec, target, drafter, case: Case) -> dict[str, Any]:
     else:
         first = {"row": None, "position": width - prompt_len, "plain_len": plain.shape[1], "spec_len": spec.shape[1]}
     result.update(cls=DIFFERS, first_diff=first, shapes=[list(plain.shape), list(spec.shape)])
+    if first["row"] is not None and recheck and target.dtype == torch.float32:
+        first["plain_gap"] = _top_two_gap(target, input_ids, kwargs, first["row"], first["position"])
+        if first["plain_gap"] is not None and first["plain_gap"] < FP32_TIE:
+            first["float64"] = run_case(hf_specdec, *_in_float64(target, drafter), case, gamma, recheck=False)["cls"]
+            if first["float64"] == EXACT:
+                result["cls"] = NEAR_TIE
     return result
 
 
@@ -253,6 +297,10 @@ ENCODER = " (is_decoder=False)"
 def sweep_names(model_types: list[str]) -> list[str]:
     """The records to sweep: each type, followed by its encoder build where its config has the flag."""
     return [name for t in model_types for name in ([t, t + ENCODER] if arch_zoo.declares_is_decoder(t) else [t])]
+
+
+def _worst(cases: list[dict[str, Any]]) -> str:
+    return min((c["cls"] for c in cases), key=SEVERITY.index)
 
 
 def sweep_model(hf_specdec, model_type: str, stress: bool = False) -> dict[str, Any]:
@@ -272,7 +320,13 @@ def sweep_model(hf_specdec, model_type: str, stress: bool = False) -> dict[str, 
     record["info"] = describe(target)
     cases = [c for c in CASES if (not c.sliding_only or record["info"]["sliding"]) and (stress or not c.stress)]
     record["cases"] = [run_case(hf_specdec, target, drafter, case) for case in cases]
-    record["overall"] = min((c["cls"] for c in record["cases"]), key=SEVERITY.index)
+    record["overall"] = _worst(record["cases"])
+    tree = hf_specdec.TreeDraftPolicy(**TREE)
+    record["tree_cases"] = [run_case(hf_specdec, target, drafter, case, tree) for case in cases]
+    record["tree_overall"] = _worst(record["tree_cases"])
+    if any(c["cls"] == REFUSED_BEFORE for c in record["tree_cases"]):
+        record["default_cases"] = [run_case(hf_specdec, target, drafter, case, None) for case in cases]
+        record["default_overall"] = _worst(record["default_cases"])
     record["seconds"] = round(time.perf_counter() - start, 2)
     return record
 
@@ -290,22 +344,33 @@ def _reason(case: dict[str, Any]) -> str:
     return ""
 
 
+#: How a record's cases were drafted: (label, its cases' key, its overall class's key).
+MODES = (("chains", "cases", "overall"), ("trees", "tree_cases", "tree_overall"),
+         ("default", "default_cases", "default_overall"))
+
+
 def print_table(records: list[dict[str, Any]]) -> None:
     ran = {c["case"] for rec in records for c in rec["cases"]}
     names = [c.name for c in CASES if c.name in ran or not c.stress]
-    print(f"{'model_type':40s} " + " ".join(f"{n:>11s}" for n in names) + "  overall / reason")
+    print(f"{'model_type':40s} {'':>7s} " + " ".join(f"{n:>11s}" for n in names) + "  overall / reason")
     short = {EXACT: "exact", IGNORED: "ignored", REFUSED_BEFORE: "refused", REFUSED_AFTER: "REFUSED-LATE",
-             CRASH: "CRASH", DIFFERS: "DIFFERS", PLAIN_FAILS: "plain-fails", SKIPPED: "skip"}
+             CRASH: "CRASH", DIFFERS: "DIFFERS", NEAR_TIE: "near-tie", PLAIN_FAILS: "plain-fails", SKIPPED: "skip"}
     for rec in records:
-        by_case = {c["case"]: c for c in rec["cases"]}
-        cells = " ".join(f"{short[by_case[n]['cls']] if n in by_case else '-':>11s}" for n in names)
-        worst = next((c for c in rec["cases"] if c["cls"] == rec["overall"]), None)
-        reason = rec.get("skip_reason") or (_reason(worst) if worst and rec["overall"] != EXACT else "")
-        print(f"{rec['model_type']:40s} {cells}  {rec['overall']}" + (f" | {reason[:200]}" if reason else ""))
-    counts = collections.Counter(rec["overall"] for rec in records)
-    print("\noverall:", dict(sorted(counts.items(), key=lambda kv: SEVERITY.index(kv[0]))))
-    per_case = collections.Counter(c["cls"] for rec in records for c in rec["cases"])
-    print("per case:", dict(sorted(per_case.items(), key=lambda kv: SEVERITY.index(kv[0]))))
+        for mode, key, overall_key in MODES:
+            if mode != "chains" and key not in rec:
+                continue
+            by_case = {c["case"]: c for c in rec[key]}
+            cells = " ".join(f"{short[by_case[n]['cls']] if n in by_case else '-':>11s}" for n in names)
+            overall = rec[overall_key]
+            worst = next((c for c in rec[key] if c["cls"] == overall), None)
+            reason = rec.get("skip_reason") or (_reason(worst) if worst and overall != EXACT else "")
+            label = rec["model_type"] if mode == "chains" else ""
+            print(f"{label:40s} {mode:>7s} {cells}  {overall}" + (f" | {reason[:200]}" if reason else ""))
+    for mode, key, overall_key in MODES:
+        counts = collections.Counter(rec[overall_key] for rec in records if overall_key in rec)
+        per_case = collections.Counter(c["cls"] for rec in records for c in rec.get(key, []))
+        print(f"\n{mode} overall:", dict(sorted(counts.items(), key=lambda kv: SEVERITY.index(kv[0]))))
+        print(f"{mode} per case:", dict(sorted(per_case.items(), key=lambda kv: SEVERITY.index(kv[0]))))
 
 
 def hf_specdec_state(hf_specdec) -> dict[str, Any]:
@@ -331,49 +396,99 @@ def hf_specdec_state(hf_specdec) -> dict[str, Any]:
             "sources_sha256": digest.hexdigest()[:16]}
 
 
-def support_row(record: dict[str, Any]) -> tuple[str, str, str]:
-    """(class name, hf_specdec, why) for the support table."""
-    cases = record.get("cases", [])
-    name = record.get("info", {}).get("class", "")
+def support_status(record: dict[str, Any], key: str = "cases") -> tuple[str, str]:
+    """(hf_specdec, why) for the support table, from the record's chain cases ("cases") or tree cases
+    ("tree_cases")."""
+    cases = record.get(key, [])
     if record["overall"] == SKIPPED:
-        return name, "not swept", record.get("skip_reason", "")
-    if record["overall"] == EXACT:
-        return name, "exact", ""
-    if record["overall"] == PLAIN_FAILS:
+        return "not swept", record.get("skip_reason", "")
+    if not cases:  # the zoo could not build it
+        return f"**{record['overall']}**", record.get("zoo_error", {}).get("message", "")[:160]
+    overall = _worst(cases)
+    if overall == EXACT:
+        return "exact", ""
+    if overall == NEAR_TIE and all(c["cls"] in (EXACT, NEAR_TIE) for c in cases):
+        tie = next(c for c in cases if c["cls"] == NEAR_TIE)
+        first = tie["first_diff"]
+        return "exact up to a float32 near-tie", (
+            f"{tie['case']}: row {first['row']} token {first['position']} is the other of plain generate()'s top two, "
+            f"{first['plain_gap']:.1e} apart; exact in float64"
+        )
+    if overall == PLAIN_FAILS:
         failing = next(c for c in cases if c["cls"] == PLAIN_FAILS)
-        return name, "plain generate() fails", failing["error"]["message"][:160]
-    refused = next((c for c in cases if c["cls"] == REFUSED_BEFORE), None)
-    if refused is not None and all(c["cls"] in (EXACT, REFUSED_BEFORE, PLAIN_FAILS) for c in cases):
-        why = refused["error"]["message"].split(";")[0]
+        return "plain generate() fails", failing["error"]["message"][:160]
+    refused = [c for c in cases if c["cls"] == REFUSED_BEFORE]
+    if refused and all(c["cls"] in (EXACT, REFUSED_BEFORE, PLAIN_FAILS) for c in cases):
+        # The reason trees add (a case chains run or refuse for another reason) before the one they share.
+        chain_refusals = {c["error"]["message"] for c in record["cases"] if c["cls"] == REFUSED_BEFORE}
+        refused.sort(key=lambda c: c["error"]["message"] in chain_refusals)
+        why = refused[0]["error"]["message"].split(";")[0]
         single = [c for c in cases if len(next(k for k in CASES if k.name == c["case"]).prompt_lengths) == 1]
         if single and all(c["cls"] == EXACT for c in single):
-            return name, "exact at batch 1; refused in batches", why
-        return name, "refused", why
-    worst = next(c for c in cases if c["cls"] == record["overall"])
-    return name, f"**{record['overall']}**", _reason(worst)[:160]
+            return "exact at batch 1; refused in batches", why
+        return "refused", why
+    worst = next(c for c in cases if c["cls"] == overall)
+    return f"**{overall}**", _reason(worst)[:160]
+
+
+def default_falls_back(record: dict[str, Any]) -> bool | None:
+    """Where some case refuses trees: whether the default (no gamma=) did what chains did in every case
+    (exact where they are exact, refused where they refuse). None where it was not run."""
+    if "default_cases" not in record:
+        return None
+    return [c["cls"] for c in record["default_cases"]] == [c["cls"] for c in record["cases"]]
+
+
+def chains_only(record: dict[str, Any]) -> bool:
+    """Some case is exact with chains and refused with trees (the default must draft chains there)."""
+    return any(chain["cls"] == EXACT and tree["cls"] == REFUSED_BEFORE
+               for chain, tree in zip(record.get("cases", []), record.get("tree_cases", [])))
+
+
+def tree_cell(record: dict[str, Any]) -> str:
+    """The trees column: exact, or the status and reason where they differ from chains'."""
+    status, why = support_status(record, "tree_cases")
+    if status in ("exact", "not swept") or (status, why) == support_status(record):
+        return status if status in ("exact", "not swept") else f"{status} (as chains)"
+    cell = f"{status}: {why.split('. ')[0]}"  # the reason, not the advice to draft chains
+    if default_falls_back(record) is False:
+        return cell + "; **the default did not do as chains**"
+    return cell + "; the default drafts chains" if chains_only(record) else cell
 
 
 def write_table(records: list[dict[str, Any]], path: str, versions: str) -> None:
-    counts = collections.Counter(support_row(record)[1] for record in records)
+    def summary(statuses: list[str]) -> str:
+        return ", ".join(f"{count} {label}" for label, count in collections.Counter(statuses).most_common())
+
+    chains = [support_status(record)[0] for record in records]
+    trees = [support_status(record, "tree_cases")[0] for record in records]
+    fallback = [r for r in records if chains_only(r)]
     lines = [
         "# Which transformers causal LMs hf_specdec runs",
         "",
         f"Generated by `python tests/arch_sweep.py --stress --table {path}` ({versions}): a tiny seeded model of every "
         "type in transformers' causal-LM mapping, a noisy copy as drafter, greedy `generate(drafter=..., gamma=3)` "
+        f"(*chains*) and `gamma=TreeDraftPolicy({', '.join(f'{k}={v}' for k, v in TREE.items())})` (*trees*) "
         "against plain `generate()` on the same input (token-identical, fp32): one prompt, a left-padded batch of 3, "
         "a ragged batch of 5, and past the window for sliding-window models. Types whose config has an `is_decoder` "
         "flag (BERT-like) have a second row built as encoders (`is_decoder=False`, their configs' default). "
         "*Exact*: every case gave plain generate()'s tokens. *Refused*: a typed `UnsupportedModelError` before any "
-        "forward pass, with the reason below.",
+        "forward pass, with the reason (for trees where it is not the chains'). Where trees are refused, the "
+        "sweep also calls generate() without `gamma=` (the default, which drafts trees where they pay): it must "
+        "draft chains instead, exact wherever chains are.",
         "",
-        "Summary: " + ", ".join(f"{count} {label}" for label, count in counts.most_common()) + ".",
+        f"Chains: {summary(chains)}.",
         "",
-        "| model type | class | hf_specdec | why |",
-        "|---|---|---|---|",
+        f"Trees: {summary(trees)}. {len(fallback)} types run chains where they refuse trees; with the default "
+        f"(no `gamma=`) {sum(bool(default_falls_back(r)) for r in fallback)} of them decode exactly as with chains.",
+        "",
+        "| model type | class | chains | why | trees |",
+        "|---|---|---|---|---|",
     ]
     for record in records:
-        name, status, why = support_row(record)
-        lines.append(f"| {record['model_type']} | {name} | {status} | {why.replace('|', '/')} |")
+        status, why = support_status(record)
+        cells = (record["model_type"], record.get("info", {}).get("class", ""), status, why, tree_cell(record))
+        lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -403,10 +518,11 @@ def main(argv: list[str]) -> int:
     for model_type in model_types:
         record = sweep_model(hf_specdec, model_type, stress=stress)
         records.append(record)
-        print(f"[{len(records)}/{len(model_types)}] {model_type}: {record['overall']}", file=sys.stderr, flush=True)
+        modes = ", ".join(f"{mode} {record[key]}" for mode, _, key in MODES if key in record)
+        print(f"[{len(records)}/{len(model_types)}] {model_type}: {modes}", file=sys.stderr, flush=True)
     print_table(records)
     with open(out_path, "w") as f:
-        json.dump({"transformers": transformers.__version__, "torch": torch.__version__, "gamma": GAMMA,
+        json.dump({"transformers": transformers.__version__, "torch": torch.__version__, "gamma": GAMMA, "tree": TREE,
                    "hf_specdec": hf_specdec_state(hf_specdec),
                    "cases": [asdict(c) for c in CASES], "records": records}, f, indent=1, default=str)
     print(f"\nwrote {out_path}")
