@@ -389,14 +389,21 @@ class CachedModel:
         keep_width = int(self.valid.sum(dim=1).max())
         # A stable sort puts each row's masked columns first and keeps the live ones in order.
         order = torch.sort(self.valid.to(torch.int8), dim=1, stable=True).indices[:, -keep_width:]
+        # Each (row, head)'s kept columns as rows of the cache tensor seen as [batch * heads * width, dim]: copying
+        # whole rows with index_select measured 8-15x faster than a gather along the width (bf16 and fp32, Zen 5).
+        flat_index = {}  # (heads, width, device) -> [batch * heads * keep_width] long
         for layer in self.cache.layers:
             if getattr(layer, "keys", None) is None:  # a layer that stores nothing (shared KV)
                 continue
-            index = order.to(layer.keys.device)[:, None, :, None]  # [batch, 1, keep_width, 1]
-            layer.keys = layer.keys.gather(2, index.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
-            layer.values = layer.values.gather(
-                2, index.expand(-1, layer.values.shape[1], -1, layer.values.shape[3])
-            )
+            for name in ("keys", "values"):
+                states = getattr(layer, name)  # [batch, heads, width, dim]
+                batch, heads, width, dim = states.shape
+                key = (heads, width, states.device)
+                if key not in flat_index:
+                    starts = torch.arange(batch * heads, device=states.device)[:, None] * width  # [batch * heads, 1]
+                    flat_index[key] = (starts + order.to(states.device).repeat_interleave(heads, dim=0)).reshape(-1)
+                kept = states.reshape(-1, dim).index_select(0, flat_index[key])
+                setattr(layer, name, kept.view(batch, heads, keep_width, dim))
         self.valid = self.valid.gather(1, order)
         self.positions = self.positions.gather(1, order)
 
