@@ -230,7 +230,7 @@ class CachedModel:
         cols = torch.arange(width, device=self.device)  # [width]
         index = anchors[:, None] - width + cols  # [batch, width] buffer index of each chunk column
         chunk_valid = (index >= start[:, None]) & (index < ends[:, None])  # [batch, width]
-        chunk = sequences.gather(1, index.clamp_min(0) if width > 1 else index)  # [batch, width] (anchors >= 1)
+        chunk = sequences.gather(1, index.clamp_min(0))  # [batch, width]
         # Positions count real tokens only: the next one of row b is num_cached[b].
         fed = chunk_valid.long().cumsum(dim=1) if width > 1 else chunk_valid.long()  # [batch, width]
         positions = (self.num_cached[:, None] + fed - 1).clamp_min(0)  # [batch, width]
