@@ -174,6 +174,9 @@ class CachedModel:
             )
         self.cache = _new_cache(model, self.layout)
         self._mask_dtype = model.dtype  # read once: PreTrainedModel.dtype walks the parameters
+        # The two values of an additive mask, made once (each costs a tensor op; on a GPU torch.tensor(value) waits).
+        self._seen = torch.zeros((), dtype=self._mask_dtype, device=self.model_device)
+        self._hidden = torch.full((), torch.finfo(self._mask_dtype).min, dtype=self._mask_dtype, device=self.model_device)
         # 4D masks built here (in positions) instead of a 2D mask transformers turns into one: required for
         # windowed layers; for others a speed choice (`calibration.prefers_position_masks`), honoured only where
         # the attention takes 4D masks as given.
@@ -229,8 +232,8 @@ class CachedModel:
         chunk_valid = (index >= start[:, None]) & (index < ends[:, None])  # [batch, width]
         chunk = sequences.gather(1, index.clamp_min(0))  # [batch, width]
         # Positions count real tokens only: the next one of row b is num_cached[b].
-        positions = self.num_cached[:, None] + chunk_valid.long().cumsum(dim=1) - 1  # [batch, width]
-        positions = positions.clamp_min(0)
+        fed = chunk_valid.long().cumsum(dim=1) if width > 1 else chunk_valid.long()  # [batch, width]
+        positions = (self.num_cached[:, None] + fed - 1).clamp_min(0)  # [batch, width]
 
         self.valid = torch.cat([self.valid, chunk_valid], dim=1)  # [batch, width_total]
         self.positions = torch.cat([self.positions, positions], dim=1)
@@ -283,6 +286,8 @@ class CachedModel:
         query's window, all counted in token positions (transformers counts cache slots, which equal
         positions in plain generate(), where rows have no holes). `visible` [batch, chunk, width_total]
         replaces "live and not after the query" (a tree: see `hf_specdec.tree.visible_keys`)."""
+        if visible is None and not self.layout.windowed:
+            return self._causal_masks(chunk_valid, query_positions)
         keys, queries = self.positions[:, None, :], query_positions[:, :, None]  # [batch, 1, total], [batch, chunk, 1]
         causal = self.valid[:, None, :] & (keys <= queries) if visible is None else visible  # [batch, chunk, total]
         # A padding query sees only itself: a fully masked row would make a NaN that reaches the values.
@@ -290,9 +295,6 @@ class CachedModel:
         if not bool(chunk_valid.all()):
             itself = torch.zeros_like(causal)
             itself[:, :, -chunk_valid.shape[1] :] = torch.diag_embed(~chunk_valid)
-        dtype = self._mask_dtype
-        # A fill, not torch.tensor(value, device=...): that copies from the host and waits for the GPU, every forward.
-        hidden = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=self.model_device)
         masks = {}
         for layer_type, window in self.layout.windows.items():
             visible = causal
@@ -302,12 +304,27 @@ class CachedModel:
                 visible = causal & (keys // window[1] == queries // window[1])
             if itself is not None:
                 visible = visible | itself
-            additive = torch.where(visible.to(self.model_device), torch.zeros((), dtype=dtype, device=self.model_device), hidden)
-            masks[layer_type] = additive[:, None]
+            masks[layer_type] = torch.where(visible.to(self.model_device)[:, None], self._seen, self._hidden)
         if self.layout.by_type:
             return masks
         (mask,) = masks.values()
         return mask
+
+    def _causal_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor):
+        """`_position_masks` of a chunk `forward` just appended, for layers without windows, in fewer tensor ops
+        (this runs every step): every live column cached before the chunk holds a position below the row's
+        `num_cached` before it, so it precedes every query of the chunk and only the chunk's own block
+        compares positions. A padding query sees itself (and the live columns, as in `_position_masks`)."""
+        chunk = chunk_valid.shape[1]
+        before = self.valid[:, None, : self.valid.shape[1] - chunk]  # [batch, 1, total - chunk]
+        if chunk == 1:  # a plain step: the one query sees the live columns and itself
+            visible = torch.nn.functional.pad(before, (0, 1), value=True)  # [batch, 1, total]
+        else:
+            own = chunk_valid[:, None, :] & (query_positions[:, None, :] <= query_positions[:, :, None])
+            own = own | torch.diag_embed(~chunk_valid)  # [batch, chunk, chunk]
+            visible = torch.cat([before.expand(-1, chunk, -1), own], dim=-1)  # [batch, chunk, total]
+        mask = torch.where(visible.to(self.model_device)[:, None], self._seen, self._hidden)  # [batch, 1, chunk, total]
+        return {layer_type: mask for layer_type in self.layout.windows} if self.layout.by_type else mask
 
     def rollback(self, keep: torch.Tensor, slack: int) -> None:
         """Keeps the first `keep[b]` cached tokens of each row ([batch] long) and drops the rest.
@@ -372,14 +389,21 @@ class CachedModel:
         keep_width = int(self.valid.sum(dim=1).max())
         # A stable sort puts each row's masked columns first and keeps the live ones in order.
         order = torch.sort(self.valid.to(torch.int8), dim=1, stable=True).indices[:, -keep_width:]
+        # Each (row, head)'s kept columns as rows of the cache tensor seen as [batch * heads * width, dim]: copying
+        # whole rows with index_select measured 8-15x faster than a gather along the width (bf16 and fp32, Zen 5).
+        flat_index = {}  # (heads, width, device) -> [batch * heads * keep_width] long
         for layer in self.cache.layers:
             if getattr(layer, "keys", None) is None:  # a layer that stores nothing (shared KV)
                 continue
-            index = order.to(layer.keys.device)[:, None, :, None]  # [batch, 1, keep_width, 1]
-            layer.keys = layer.keys.gather(2, index.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
-            layer.values = layer.values.gather(
-                2, index.expand(-1, layer.values.shape[1], -1, layer.values.shape[3])
-            )
+            for name in ("keys", "values"):
+                states = getattr(layer, name)  # [batch, heads, width, dim]
+                batch, heads, width, dim = states.shape
+                key = (heads, width, states.device)
+                if key not in flat_index:
+                    starts = torch.arange(batch * heads, device=states.device)[:, None] * width  # [batch * heads, 1]
+                    flat_index[key] = (starts + order.to(states.device).repeat_interleave(heads, dim=0)).reshape(-1)
+                kept = states.reshape(-1, dim).index_select(0, flat_index[key])
+                setattr(layer, name, kept.view(batch, heads, keep_width, dim))
         self.valid = self.valid.gather(1, order)
         self.positions = self.positions.gather(1, order)
 

@@ -32,6 +32,10 @@ class SpeculativeDecoderOnlyOutput(GenerateDecoderOnlyOutput):
 
 def _write(sequences: torch.Tensor, lens: torch.Tensor, tokens: torch.Tensor, counts: torch.Tensor) -> None:
     """sequences[b, lens[b] + j] = tokens[b, j] for j < counts[b]."""
+    if tokens.shape[1] == 1:  # a plain step's one token per row: fewer tensor ops than indexing the selected rows
+        index = lens[:, None]  # [batch, 1]
+        sequences.scatter_(1, index, torch.where(counts[:, None] > 0, tokens, sequences.gather(1, index)))
+        return
     rows, cols = (torch.arange(tokens.shape[1], device=tokens.device) < counts[:, None]).nonzero(as_tuple=True)
     sequences[rows, lens[rows] + cols] = tokens[rows, cols]
 
@@ -107,6 +111,12 @@ def speculative_decode(
     def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return process_scores(logits_processor, sequences, lengths, scores, rows)
 
+    # A plain step (the policy drafts nothing, as the default does once drafting does not pay) should cost what
+    # plain generate()'s step costs: it skips the draft's bookkeeping and is counted in `plain_steps` [batch].
+    no_drafts = torch.zeros(batch, dtype=torch.long, device=device)  # [batch]
+    no_draft = Draft(tokens=no_drafts[:, None][:, :0], num_drafted=no_drafts)  # tokens [batch, 0]
+    plain_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] plain steps each row took
+    first_token = pad_lens + 1  # [batch] lens - first_token: a row's tokens before its last one
     while True:
         needed = done_at.max() if flagged.all() else max_length
         active = (lens < needed) & (~flagged if freeze_finished else True)  # [batch]
@@ -114,30 +124,32 @@ def speculative_decode(
             break
 
         # 1. Draft: never past max_length (the target's token after the drafts comes for free).
-        room = (max_length - lens - 1).clamp_min(0)  # [batch]
-        num_draft = torch.where(active, torch.minimum(schedule.lengths, room), 0)  # [batch]
-        if int(num_draft.max()) > 0:
-            ctx = DraftContext(
-                sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process, policy.min_confidence
-            )
-            draft = session.propose(ctx, num_draft)
-        else:
-            draft = Draft(tokens=num_draft.new_empty(batch, 0), num_drafted=num_draft)
-        num_drafted = torch.minimum(draft.num_drafted, num_draft)  # [batch]
-        # Verify only as many columns as some row drafted: a drafter may return a wider tensor (prompt
-        # lookup finding no match), and every extra column would cost the target a masked token.
-        width = int(num_drafted.max())
-        draft = draft.first(width)  # tokens [batch, width]
-        if width > 0:
-            _write(sequences, lens, draft.tokens, num_drafted)
+        draft, num_drafted, width = no_draft, no_drafts, 0
+        if bool(schedule.lengths.any()):
+            room = (max_length - lens - 1).clamp_min(0)  # [batch]
+            num_draft = torch.where(active, torch.minimum(schedule.lengths, room), 0)  # [batch], 0 for inactive rows
+            if int(num_draft.max()) > 0:
+                ctx = DraftContext(
+                    sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process, policy.min_confidence
+                )
+                draft = session.propose(ctx, num_draft)
+                num_drafted = torch.minimum(draft.num_drafted, num_draft)  # [batch]
+                # Verify only as many columns as some row drafted: a drafter may return a wider tensor (prompt
+                # lookup finding no match), and every extra column would cost the target a masked token.
+                width = int(num_drafted.max())
+                draft = draft.first(width)  # tokens [batch, width]
+                if width > 0:
+                    _write(sequences, lens, draft.tokens, num_drafted)
 
         # 2. Verify: one target forward over each row's unseen tokens and its drafts.
-        ends = torch.where(active, lens + num_drafted, lens)
+        ends, anchors = (lens + num_drafted, lens + width) if width else (lens, lens)  # inactive rows drafted nothing
         target_logits, features = target.forward(
-            sequences, pad_lens, ends, width + 1, anchors=lens + width, feature_layers=feature_layers
+            sequences, pad_lens, ends, width + 1, anchors=anchors, feature_layers=feature_layers
         )
         target_logits = target_logits[..., :vocab_size]  # [batch, width + 1, vocab]
-        processed = [process(target_logits[:, j], lens + j, active & (j <= num_drafted)) for j in range(width + 1)]
+        # Column j scores the token after a row's j-th draft (rows that drafted fewer sit it out).
+        processed = [process(target_logits[:, 0], lens, active)]
+        processed += [process(target_logits[:, j], lens + j, active & (j <= num_drafted)) for j in range(1, width + 1)]
         target_scores = torch.stack(processed, dim=1) if width else processed[0][:, None]  # [batch, width + 1, vocab]
         if do_sample:
             committed, num_accepted = verify_stochastic(
@@ -148,9 +160,9 @@ def speculative_decode(
         schedule.update(active, num_drafted, num_accepted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
+        num_new = torch.where(active, num_accepted + 1, 0) if width else active.long()  # [batch]
         num_new, flagged, done_at = commit(
-            sequences, lens, committed, torch.where(active, num_accepted + 1, 0), stopping_criteria, flagged, done_at,
-            freeze_finished, streamer,
+            sequences, lens, committed, num_new, stopping_criteria, flagged, done_at, freeze_finished, streamer
         )
         for out, values in ((scores_out, target_scores), (logits_out, target_logits)):
             if out is not None:
@@ -158,12 +170,18 @@ def speculative_decode(
                 out[rows, lens[rows] - prompt_len + cols] = values[rows, cols]
         lens = lens + num_new
 
-        # 4. Roll back both caches to the committed tokens; the last one is fed again next step.
-        num_valid = lens - pad_lens - 1  # [batch]
-        target.rollback(torch.minimum(target.num_cached, num_valid), slack=max_gamma + 1)
+        # 4. Roll back both caches to the committed tokens; the last one is fed again next step. A plain step fed
+        # committed tokens only: the target's cache keeps them all (unless windows let it forget old ones).
+        num_valid = lens - first_token  # [batch]
+        if width or target.layout.bounded:
+            target.rollback(torch.minimum(target.num_cached, num_valid), slack=max_gamma + 1)
         session.observe(num_valid, features)
-        step_stats.record_step(active, num_drafted, num_accepted, num_new)
+        if width:
+            step_stats.record_step(active, num_drafted, num_accepted, num_new)
+        else:  # one token per active row (a stopping criterion cuts nothing from one token)
+            plain_steps += active
 
+    step_stats.record_plain_steps(plain_steps)
     return finish(
         sequences, lens, flagged, done_at, prompt_len, pad_token, scores_out, logits_out, generation_config,
         step_stats, stats, target.num_forwards, session.num_forwards, streamer,
@@ -232,8 +250,9 @@ def commit(
         rows = (j < num_new) & ~flagged
         if not rows.any():
             break
-        done = check_stopping(stopping_criteria, sequences, lens + j + 1, rows)
-        done_at = torch.where(done, lens + j + 1, done_at)
+        length = lens + (j + 1)  # [batch] each row's length with its token j
+        done = check_stopping(stopping_criteria, sequences, length, rows)
+        done_at = torch.where(done, length, done_at)
         flagged = flagged | done
         if freeze_finished:
             num_new = torch.where(done, j + 1, num_new)

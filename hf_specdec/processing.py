@@ -105,12 +105,16 @@ def check_stopping(
     rows: torch.Tensor,  # [batch] bool, rows to check
 ) -> torch.Tensor:
     """[batch] bool: the selected rows whose stopping criteria fire at their current length."""
+    verdicts = [_row_verdict(criterion, sequences, lengths) for criterion in criteria]
+    if verdicts and all(verdict is not None for verdict in verdicts):
+        # Max length and EOS: one pass over the rows, ragged or not, in fewer tensor ops than the criteria's own calls.
+        done = verdicts[0]
+        for verdict in verdicts[1:]:
+            done = done | verdict
+        return done.to(rows.device) & rows
     length = _common_length(lengths, rows)
     if length is not None:
         return criteria(sequences[:, :length], None).to(rows.device)
-    verdicts = [_row_verdict(criterion, sequences, lengths) for criterion in criteria]
-    if all(verdict is not None for verdict in verdicts):  # max length and EOS: one pass over ragged rows
-        return torch.stack(verdicts).any(dim=0).to(rows.device) & rows
     done = torch.zeros_like(rows)
     for length, index in _groups(lengths, rows):
         done[index] = criteria(sequences[index, :length], None).to(done.device)

@@ -93,7 +93,8 @@ class DraftSession(ABC):
         """After verification: the first `num_valid[b]` real tokens of row b are what the drafter saw when
         proposing (its context plus the accepted drafts); everything it proposed beyond is gone.
         `features` are the target's hidden states of this step's forward, when `Drafter.feature_layers`
-        asked for some. A session that caches nothing ignores both."""
+        asked for some. A session that caches nothing ignores both. It runs after plain steps too (no
+        drafts), where it should cost nothing: defer what only the next proposal needs."""
 
 
 class Drafter(ABC):

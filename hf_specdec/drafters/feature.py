@@ -248,15 +248,19 @@ class FeatureDraftSession(ModelDraftSession):
     """One call's head cache and feature buffer. `features[b, i]` is the head's input state for the
     entry at buffer index i: the target's (fused) state once verification confirmed token i, the head's
     own prediction while drafting. Entries computed from predicted states are dropped after every
-    verification and recomputed from the target's."""
+    verification and recomputed from the target's. What `observe` hands over is fused into `features` only when
+    the head next drafts (`_take_observed`): a step that drafts nothing (the default policy once the head does
+    not pay) costs the head no tensor op."""
 
     def __init__(self, cached: CachedModel, bound: BoundHead):
         super().__init__(cached)
         self.bound = bound
         self.features: torch.Tensor | None = None  # [batch, buffer, hidden]
         self.exact_entries = torch.zeros_like(cached.num_cached)  # [batch] head entries computed from target states
+        self.observed: list[tuple[TargetFeatures, torch.Tensor]] = []  # (target states, num_valid) not fused yet
 
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
+        self._take_observed()
         if self.features is None:  # before the target's first forward: nothing to read yet
             return Draft(tokens=num_tokens.new_empty(num_tokens.shape[0], 0), num_drafted=torch.zeros_like(num_tokens))
         # Entries up to index lens - 2 pair a confirmed state with a committed token: exact.
@@ -279,14 +283,27 @@ class FeatureDraftSession(ModelDraftSession):
 
     def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
         if features is not None:
-            # Keep the states of the tokens that survived verification, at their buffer index (fused only
-            # for those: a tree's forward fed many more).
-            rows, cols = (features.fed & (features.positions < num_valid[:, None])).nonzero(as_tuple=True)
-            fused = self.bound.head.input_features(features.hidden[rows, cols].to(self.bound.dtype))  # [kept, hidden]
-            self._reserve(int(features.index.max()) + 1, fused.expand(num_valid.shape[0], -1, -1))
-            self.features[rows, features.index[rows, cols]] = fused
-        keep = torch.minimum(self.exact_entries, num_valid)
-        self.cached.rollback(torch.minimum(self.cached.num_cached, keep), slack=self.slack)
+            self.observed.append((features, num_valid))
+        if self.proposed:
+            keep = torch.minimum(self.exact_entries, num_valid)
+            self.cached.rollback(torch.minimum(self.cached.num_cached, keep), slack=self.slack)
+            self.proposed = False
+
+    def _take_observed(self) -> None:
+        """Fuses the target states observed since the last draft and keeps those of the tokens that survived
+        verification, at their buffer index (each token's state arrives once: a verification feeds the target
+        only tokens it has not kept). One fusion over every pending column instead of one per step."""
+        if not self.observed:
+            return
+        observed, self.observed = self.observed, []
+        hidden = torch.cat([features.hidden for features, _ in observed], dim=1)  # [batch, columns, layers * hidden]
+        index = torch.cat([features.index for features, _ in observed], dim=1)  # [batch, columns]
+        kept = torch.cat([features.fed & (features.positions < num_valid[:, None]) for features, num_valid in observed],
+                         dim=1)  # [batch, columns]
+        rows, cols = kept.nonzero(as_tuple=True)  # fused only for those: a tree's forward fed many more
+        fused = self.bound.head.input_features(hidden[rows, cols].to(self.bound.dtype))  # [kept, hidden]
+        self._reserve(int(index.max()) + 1, fused.expand(hidden.shape[0], -1, -1))
+        self.features[rows, index[rows, cols]] = fused
 
     drafts_trees = True
 
@@ -298,6 +315,8 @@ class FeatureDraftSession(ModelDraftSession):
         entry, the node's token), the root's (the target's state before the root, the root): exact, as in
         chains. One head forward per depth, each node attending to the committed entries and its own path.
         Before the target's first forward there is no state to read: the root alone (a plain step)."""
+        self._take_observed()
+        self.proposed = True
         roots = ctx.sequences.gather(1, (ctx.lens - 1)[:, None]).squeeze(1)  # [batch]
         if self.features is None:
             return DraftTree.chain(roots[:, None])

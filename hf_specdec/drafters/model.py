@@ -41,12 +41,16 @@ class ModelDraftSession(DraftSession):
     def __init__(self, cached: CachedModel):
         self.cached = cached
         self.slack = 1  # cache columns allowed beyond the longest row before compaction
+        # Whether the cache may hold proposals that `observe` has not rolled back yet. Between proposals it holds
+        # committed tokens only, and those stay committed: a plain step's `observe` has nothing to drop.
+        self.proposed = False
 
     @property
     def num_forwards(self) -> int:
         return self.cached.num_forwards
 
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
+        self.proposed = True
         batch = ctx.lens.shape[0]
         tokens = torch.full((batch, int(num_tokens.max())), -1, dtype=torch.long, device=ctx.lens.device)
         probs = []  # sampling: [batch, vocab] per drafted column
@@ -87,7 +91,9 @@ class ModelDraftSession(DraftSession):
         return logits
 
     def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
-        self.cached.rollback(torch.minimum(self.cached.num_cached, num_valid), slack=self.slack)
+        if self.proposed:
+            self.cached.rollback(torch.minimum(self.cached.num_cached, num_valid), slack=self.slack)
+            self.proposed = False
 
     drafts_trees = True
 
@@ -101,6 +107,7 @@ class ModelDraftSession(DraftSession):
         deterministic proposals, so which ones are drafted changes speed only, never what is generated.
         The tree's columns are dropped from the cache afterwards (the accepted tokens are fed again with
         the next step's root, in that step's first forward)."""
+        self.proposed = True
         roots = ctx.sequences.gather(1, (ctx.lens - 1)[:, None]).squeeze(1)  # [batch]
         cached = self.cached
 
