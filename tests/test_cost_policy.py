@@ -108,6 +108,25 @@ def test_a_drafter_that_becomes_useful_is_used_again():
     assert schedule.probe_interval == policy.probe_after
 
 
+def test_a_call_that_gave_up_on_a_few_unlucky_drafts_probes_soon_and_a_batch_that_saw_many_waits():
+    # bf16 batch 1 on an AMD EPYC Zen 5: loop steps 26.6 / 31.3 ms, break-even 31.3 * 1.02 / 26.6 - 1 = 0.20. Three
+    # rejections happen to a drafter right at break-even (0.8^3 = 0.51) and to the shipped head (alpha 0.45) in one
+    # call of six: the first probe comes after probe_after (4) plain steps, not after the budget's 18.
+    alone = StepCosts(draft_ms=2.0, target_ms={1: 26.0, 2: 27.0, 7: 31.0}, loop_ms={0: 26.6, 1: 31.3})
+    schedule = _schedule(CostAwareDraftPolicy(costs=alone))
+    assert schedule.first_interval == 18
+    lengths = [_step(schedule, accepted=0) for _ in range(12)]
+    assert lengths[:3] == [1, 1, 1] and schedule.given_up() and not schedule.strong_evidence()
+    assert lengths.index(1, 3) == 3 + 4  # the probe after 4 plain steps
+    # Control: batch 8 (steps 40 / 56 ms, break-even 0.43): 8 rejections in the first step would come from a drafter
+    # at break-even 1 % of the time (0.57^8), so the wait is the budget's (40 steps).
+    batch = StepCosts(draft_ms=2.0, target_ms={1: 40.0, 2: 53.0, 7: 70.0}, loop_ms={0: 40.0, 1: 56.0})
+    schedule = _schedule(CostAwareDraftPolicy(costs=batch), batch=8)
+    lengths = [_batch_step(schedule, torch.zeros(8, dtype=torch.bool)) for _ in range(30)]
+    assert lengths[0] == 1 and schedule.given_up() and schedule.strong_evidence() and max(lengths[1:]) == 0
+    assert schedule.probe_interval == schedule.first_interval == 40
+
+
 def test_probes_wait_until_their_cost_fits_the_budget():
     # On STEEP a probe costs 3 + 90 - 60 = 33 ms more than a plain step; at 1 % of 60 ms per plain step
     # that is 55 plain steps; with a tenth of the verification cost, 4 (probe_after) suffices.
@@ -127,7 +146,8 @@ def test_a_batch_shares_the_prior_and_gives_up_a_useless_drafter_as_fast_as_one_
     alone = [_step(schedule, accepted=0) for _ in range(6)]
     assert alone == [1, 1, 1, 0, 0, 0]
     schedule = _schedule(policy, batch=4)
-    assert [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(6)] == [1, 0, 0, 0, 0, 0]
+    # (Four rejections are weak evidence against a drafter at break-even, 0.674^4 = 0.21: a probe after 4 steps.)
+    assert [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(6)] == [1, 0, 0, 0, 0, 1]
     schedule = _schedule(policy, batch=4)
     assert min(_batch_step(schedule, torch.ones(4, dtype=torch.bool)) for _ in range(6)) >= 1
 
