@@ -326,7 +326,13 @@ class CostAwareSchedule(DraftSchedule):
 
     def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor) -> None:
         drafted = (active & (num_drafted > 0)).cpu()  # [batch]
-        if not drafted.any() and self.plain_steps + 1 < self.probe_interval and torch.equal(active.cpu(), self._active):
+        same_rows = torch.equal(active.cpu(), self._active)
+        if not drafted.any() and same_rows and int(self.lengths.max()) > 0:
+            # Asked to draft, the drafter drafted nothing (a feature head before the target's first forward, prompt
+            # lookup without a match): no evidence, and not a plain step of ours (the next drafts are no probe).
+            self._skipped += 1
+            return
+        if not drafted.any() and self.plain_steps + 1 < self.probe_interval and same_rows:
             # Another plain step: nothing learned, same rows, no probe due, so the same decision.
             self.plain_steps += 1
             self._skipped += 1

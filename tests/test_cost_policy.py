@@ -127,6 +127,19 @@ def test_a_call_that_gave_up_on_a_few_unlucky_drafts_probes_soon_and_a_batch_tha
     assert schedule.probe_interval == schedule.first_interval == 40
 
 
+def test_a_step_the_drafter_could_not_draft_is_no_plain_step_and_makes_the_next_drafts_no_probe():
+    # A feature head drafts nothing before the target's first forward. Taking that step for a plain step made the
+    # call's first drafts a "probe", whose failure doubled the wait (12 -> 24 on the real model). Control: the same
+    # rejections without that first step give the same schedule.
+    costs = StepCosts(draft_ms=2.0, target_ms={1: 26.0, 2: 27.0, 7: 31.0}, loop_ms={0: 26.6, 1: 31.3})
+    active, none = torch.ones(1, dtype=torch.bool), torch.zeros(1, dtype=torch.long)
+    schedules = [_schedule(CostAwareDraftPolicy(costs=costs)) for _ in range(2)]
+    schedules[0].update(active, none, none)  # asked for one draft, got none
+    assert int(schedules[0].lengths.max()) == 1 and schedules[0].plain_steps == 0
+    runs = [[_step(schedule, accepted=0) for _ in range(10)] for schedule in schedules]
+    assert runs[0] == runs[1] and runs[0].index(1, 3) == 3 + 4  # the first probe after 4 plain steps, not 8
+
+
 def test_probes_wait_until_their_cost_fits_the_budget():
     # On STEEP a probe costs 3 + 90 - 60 = 33 ms more than a plain step; at 1 % of 60 ms per plain step
     # that is 55 plain steps; with a tenth of the verification cost, 4 (probe_after) suffices.
