@@ -64,3 +64,32 @@ def sample_continuations(target, prompt, drafter, gamma, *, num_samples, num_tok
         **processing,
     )
     return out[:, prompt.shape[1] :], stats
+
+
+#: Two prompts of different lengths for `padded_pair_fits`: A (5 tokens) and B (3 tokens, left-padded by 2).
+PROMPT_A, PROMPT_B = [1, 5, 7, 3, 5], [1, 8, 2]
+
+
+def padded_pair_fits(target, drafter, gamma, num_samples: int, temperature: float = 1.2, top_k: int = 6):
+    """Samples 3 tokens for `num_samples` rows, half PROMPT_A and half left-padded PROMPT_B, in one batched
+    speculative call (seed 0), and checks each half against its exact joint by chi-square (0.999 quantile), with a
+    control that must fail: A's samples against B's joint. Returns (A's samples, A's joint, the call's
+    SpeculativeStats) for further checks."""
+    import hf_specdec
+
+    half = num_samples // 2
+    input_ids = torch.tensor([PROMPT_A] * half + [[0, 0] + PROMPT_B] * half)
+    mask = torch.tensor([[1] * 5] * half + [[0, 0, 1, 1, 1]] * half)
+    stats = hf_specdec.SpeculativeStats()
+    out = target.generate(
+        input_ids, attention_mask=mask, do_sample=True, max_new_tokens=3, drafter=drafter, gamma=gamma,
+        temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(0), stats=stats,
+    )[:, 5:]
+    joint_a = exact_joint(target, torch.tensor([PROMPT_A]), 3, temperature, top_k)
+    joint_b = exact_joint(target, torch.tensor([PROMPT_B]), 3, temperature, top_k)
+    for samples, joint in ((out[:half], joint_a), (out[half:], joint_b)):
+        statistic, threshold = joint_chi_square(samples, joint)
+        assert statistic < threshold, (statistic, threshold)
+    statistic, threshold = joint_chi_square(out[:half], joint_b)
+    assert statistic > threshold, (statistic, threshold)
+    return out[:half], joint_a, stats

@@ -12,7 +12,7 @@ from hf_specdec import calibration
 from hf_specdec.calibration import StepCosts
 from hf_specdec.drafters import resolve_drafter
 from hf_specdec.policy import CostAwareDraftPolicy, best_draft_length, expected_tokens
-from joint_util import exact_joint, joint_chi_square
+from joint_util import PROMPT_A, joint_chi_square, padded_pair_fits
 
 # A CPU-like target: every extra scored token costs more (v(2) = 1.5), and a cheap one (flat).
 STEEP = StepCosts(draft_ms=3.0, target_ms={1: 60.0, 2: 90.0, 3: 110.0, 5: 150.0, 7: 190.0})
@@ -201,26 +201,11 @@ def test_sampling_under_the_policy_follows_the_target_alone_and_in_a_padded_batc
     target.generation_config.eos_token_id = None
     drafter = tiny_models.perturbed(target, scale=0.6, seed=1)
     policy = CostAwareDraftPolicy(costs=StepCosts(draft_ms=2.0, target_ms={1: 60.0, 2: 66.0, 3: 75.0, 4: 90.0, 7: 160.0}))
-    prompt_a, prompt_b = [1, 5, 7, 3, 5], [1, 8, 2]
-    half = N // 2
-    input_ids = torch.tensor([prompt_a] * half + [[0, 0] + prompt_b] * half)
-    mask = torch.tensor([[1] * 5] * half + [[0, 0, 1, 1, 1]] * half)
-    stats = hf_specdec.SpeculativeStats()
-    out = target.generate(
-        input_ids, attention_mask=mask, do_sample=True, max_new_tokens=3, drafter=drafter, gamma=policy,
-        temperature=1.2, top_k=6, generator=torch.Generator().manual_seed(0), stats=stats,
-    )[:, 5:]
+    _, joint_a, stats = padded_pair_fits(target, drafter, policy, N)
     assert 0.05 < stats.acceptance_rate < 0.95 and int(stats.drafted.sum()) > 0
-    joint_a = exact_joint(target, torch.tensor([prompt_a]), 3, 1.2, 6)
-    joint_b = exact_joint(target, torch.tensor([prompt_b]), 3, 1.2, 6)
-    for samples, joint in ((out[:half], joint_a), (out[half:], joint_b)):
-        statistic, threshold = joint_chi_square(samples, joint)
-        assert statistic < threshold, (statistic, threshold)
-    statistic, threshold = joint_chi_square(out[:half], joint_b)
-    assert statistic > threshold, (statistic, threshold)
 
     alone = target.generate(
-        torch.tensor([prompt_a] * N), do_sample=True, max_new_tokens=3, drafter=drafter, gamma=policy,
+        torch.tensor([PROMPT_A] * N), do_sample=True, max_new_tokens=3, drafter=drafter, gamma=policy,
         temperature=1.2, top_k=6, generator=torch.Generator().manual_seed(1),
     )[:, 5:]
     statistic, threshold = joint_chi_square(alone, joint_a)
