@@ -172,10 +172,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one: what a probe
     can win comes from the steps after it. In a batch a probe drafts for every row,
     so some row accepts by chance even when the drafter does not pay; acceptance counts, not a single
-    accepted token, decide. A call that gave a drafter up on weak evidence (rejections that a drafter at the
-    break-even acceptance would produce 5 % of the time or more: the first 3 drafts of a call at batch 1) probes
-    after `probe_after` steps instead, each failed probe doubling the wait, so an unlucky start does not cost a
-    useful drafter the rest of the call.
+    accepted token, decide.
 
     Args:
         max_gamma: most drafts per step considered.
@@ -372,26 +369,14 @@ class CostAwareSchedule(DraftSchedule):
                 self.probe_interval = policy.probe_after
             elif self.run_probed:  # a probe that accepted nothing, or did not pay: wait twice as long
                 self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
-            elif self.given_up() and not self.strong_evidence():  # a few unlucky first drafts: look again soon
-                self.probe_interval = policy.probe_after
             else:  # the call's first run did not pay: wait as long as the probe budget says
                 self.probe_interval = self.first_interval
-
-    def strong_evidence(self) -> bool:
-        """Whether the call's rejections so far would be unlikely (under 5 %) from a drafter right at the break-even
-        acceptance: (1 - break_even) ** rejections < 0.05. Three rejections at batch 1 are not (a drafter right 45 %
-        of the time starts so in one call of six); a batch of 8 rejecting its first drafts is."""
-        return (1 - self.break_even) ** int(self.total_rejected.sum()) < WEAK_EVIDENCE
 
     def _steps_left(self) -> float:
         """At most how many more steps an active row can take (each commits at least one token)."""
         if self.max_new_tokens is None or not self._active.any():
             return math.inf
         return self.max_new_tokens - int(self._committed[self._active].min())
-
-
-#: How likely a drafter at break-even must be to have produced the call's rejections for them to count as weak evidence.
-WEAK_EVIDENCE = 0.05
 
 
 def _rate(accepted: int, rejected: int) -> float:

@@ -108,25 +108,6 @@ def test_a_drafter_that_becomes_useful_is_used_again():
     assert schedule.probe_interval == policy.probe_after
 
 
-def test_a_call_that_gave_up_on_a_few_unlucky_drafts_probes_soon_and_a_batch_that_saw_many_waits():
-    # bf16 batch 1 on an AMD EPYC Zen 5: loop steps 26.6 / 31.3 ms, break-even 31.3 * 1.02 / 26.6 - 1 = 0.20. Three
-    # rejections happen to a drafter right at break-even (0.8^3 = 0.51) and to the shipped head (alpha 0.45) in one
-    # call of six: the first probe comes after probe_after (4) plain steps, not after the budget's 18.
-    alone = StepCosts(draft_ms=2.0, target_ms={1: 26.0, 2: 27.0, 7: 31.0}, loop_ms={0: 26.6, 1: 31.3})
-    schedule = _schedule(CostAwareDraftPolicy(costs=alone))
-    assert schedule.first_interval == 18
-    lengths = [_step(schedule, accepted=0) for _ in range(12)]
-    assert lengths[:3] == [1, 1, 1] and schedule.given_up() and not schedule.strong_evidence()
-    assert lengths.index(1, 3) == 3 + 4  # the probe after 4 plain steps
-    # Control: batch 8 (steps 40 / 56 ms, break-even 0.43): 8 rejections in the first step would come from a drafter
-    # at break-even 1 % of the time (0.57^8), so the wait is the budget's (40 steps).
-    batch = StepCosts(draft_ms=2.0, target_ms={1: 40.0, 2: 53.0, 7: 70.0}, loop_ms={0: 40.0, 1: 56.0})
-    schedule = _schedule(CostAwareDraftPolicy(costs=batch), batch=8)
-    lengths = [_batch_step(schedule, torch.zeros(8, dtype=torch.bool)) for _ in range(30)]
-    assert lengths[0] == 1 and schedule.given_up() and schedule.strong_evidence() and max(lengths[1:]) == 0
-    assert schedule.probe_interval == schedule.first_interval == 40
-
-
 def test_a_step_the_drafter_could_not_draft_is_no_plain_step_and_makes_the_next_drafts_no_probe():
     # A feature head drafts nothing before the target's first forward. Taking that step for a plain step made the
     # call's first drafts a "probe", whose failure doubled the wait (12 -> 24 on the real model). Control: the same
@@ -136,8 +117,9 @@ def test_a_step_the_drafter_could_not_draft_is_no_plain_step_and_makes_the_next_
     schedules = [_schedule(CostAwareDraftPolicy(costs=costs)) for _ in range(2)]
     schedules[0].update(active, none, none)  # asked for one draft, got none
     assert int(schedules[0].lengths.max()) == 1 and schedules[0].plain_steps == 0
-    runs = [[_step(schedule, accepted=0) for _ in range(10)] for schedule in schedules]
-    assert runs[0] == runs[1] and runs[0].index(1, 3) == 3 + 4  # the first probe after 4 plain steps, not 8
+    runs = [[_step(schedule, accepted=0) for _ in range(30)] for schedule in schedules]
+    first_interval = schedules[1].first_interval  # 18 on these costs
+    assert runs[0] == runs[1] and runs[0].index(1, 3) == 3 + first_interval  # not twice that
 
 
 def test_probes_wait_until_their_cost_fits_the_budget():
@@ -159,8 +141,7 @@ def test_a_batch_shares_the_prior_and_gives_up_a_useless_drafter_as_fast_as_one_
     alone = [_step(schedule, accepted=0) for _ in range(6)]
     assert alone == [1, 1, 1, 0, 0, 0]
     schedule = _schedule(policy, batch=4)
-    # (Four rejections are weak evidence against a drafter at break-even, 0.674^4 = 0.21: a probe after 4 steps.)
-    assert [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(6)] == [1, 0, 0, 0, 0, 1]
+    assert [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(6)] == [1, 0, 0, 0, 0, 0]
     schedule = _schedule(policy, batch=4)
     assert min(_batch_step(schedule, torch.ones(4, dtype=torch.bool)) for _ in range(6)) >= 1
 
