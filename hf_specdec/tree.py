@@ -86,6 +86,14 @@ def depths(parents: torch.Tensor) -> torch.Tensor:
     return ancestors(parents).sum(dim=2) - 1
 
 
+def earlier_siblings(parents: torch.Tensor) -> torch.Tensor:
+    """earlier_siblings[b, i, j]: node j is a drafted node with node i's parent, made before it ([batch, nodes, nodes]
+    bool). Children of a parent are stored best first, so `.sum(dim=2) + 1` is each child's rank among them."""
+    num_nodes = parents.shape[1]
+    earlier = torch.ones(num_nodes, num_nodes, dtype=torch.bool, device=parents.device).tril(-1)  # [i, j]: j < i
+    return (parents[:, :, None] == parents[:, None, :]) & (parents[:, None, :] >= 0) & earlier
+
+
 def positions(row_lengths: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
     """[batch, nodes] long: the position of each node, `row_lengths[b] + depth` (row_lengths [batch]: the
     row's tokens before the root, so the root sits right after them)."""

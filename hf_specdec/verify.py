@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import torch
 
-from hf_specdec.tree import ancestors
+from hf_specdec.tree import ancestors, earlier_siblings
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -196,8 +196,7 @@ def verify_tree_greedy(
     target_tokens = target_scores.argmax(dim=-1)  # [batch, nodes]
     # A node matches when it is its parent's argmax and no earlier sibling is.
     match = (parents >= 0) & (node_tokens == target_tokens.gather(1, parents.clamp_min(0)))  # [batch, nodes]
-    earlier_sibling = (parents[:, :, None] == parents[:, None, :]) & (index[None, :, None] > index[None, None, :])
-    match &= ~(earlier_sibling & match[:, None, :]).any(dim=2)
+    match &= ~(earlier_siblings(parents) & match[:, None, :]).any(dim=2)
     # On the path: every ancestor but the root (and the node itself) matches; parents come before children,
     # so the path's node ids increase with depth.
     on_path = (~tree_ancestors | (match | (index == 0))[:, None, :]).all(dim=2) & (index > 0)  # [batch, nodes]
