@@ -27,7 +27,7 @@ from typing import Sequence
 import torch
 
 from hf_specdec.policy import CostAwareSchedule, TreeDraftPolicy
-from hf_specdec.tree import DraftTree
+from hf_specdec.tree import DraftTree, earlier_siblings
 
 
 class TreeSchedule:
@@ -93,13 +93,10 @@ def rank_outcomes(
     [max_rank] float64. At every node on a row's accepted path that has m drafted children (the root included;
     the last node's children were all rejected), rank k <= m had a trial, and a hit when the accepted child was
     the node's k-th (children are stored best first)."""
-    parents, valid = tree.parents, tree.valid  # [batch, nodes]
-    num_nodes = parents.shape[1]
-    child = valid & (parents >= 0)
+    parents = tree.parents  # [batch, nodes]; padding nodes have parent -1, like the root
+    child = parents >= 0
     children = torch.zeros_like(parents).scatter_add_(1, parents.clamp_min(0), child.long())  # [batch, nodes]
-    earlier = torch.ones(num_nodes, num_nodes, dtype=torch.bool, device=parents.device).tril(-1)  # [i, j]: j < i
-    siblings = (parents[:, :, None] == parents[:, None, :]) & child[:, None, :] & earlier  # [batch, i, j]
-    rank = siblings.sum(dim=2) + 1  # [batch, nodes]: a child's rank among its parent's children
+    rank = earlier_siblings(parents).sum(dim=2) + 1  # [batch, nodes]: a child's rank among its parent's children
     depth = path.shape[1]
     along = torch.cat([torch.zeros_like(path[:, :1]), path.clamp_min(0)], dim=1)  # [batch, depth + 1]: root, path
     on_path = torch.arange(depth + 1, device=path.device) <= num_accepted[:, None]  # [batch, depth + 1]
@@ -125,7 +122,6 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
         self.prior = torch.tensor((policy.prior_alpha, *policy.prior_ranks), dtype=torch.float64)  # [ranks]
         self.hits = torch.zeros_like(self.prior)  # decayed hits per rank
         self.trials = torch.zeros_like(self.prior)  # decayed trials per rank
-        self.shape = None
         self._choices: dict[tuple, TreeDraftPolicy | None] = {}  # rounded estimates -> best shape
         self._priced = sorted(((costs.shape_ms(shape), shape) for shape in self.shapes), key=lambda pair: pair[0])
         super().__init__(policy, costs, batch_size, device, max_new_tokens)
@@ -205,7 +201,6 @@ def trees_might_pay(policy, chain_costs) -> bool:
 
     _, depth, nodes = TREE_PROBE
     plain = chain_costs.step_ms(0)
-    one = max(0.0, chain_costs.step_ms(1) - plain * chain_costs.verify_ms(2) / chain_costs.verify_ms(1))
-    probe = plain * chain_costs.verify_ms(nodes + 1) / chain_costs.verify_ms(1) + depth * one
+    probe = plain * chain_costs.verify_ms(nodes + 1) / chain_costs.verify_ms(1) + depth * chain_costs.draft_overhead_ms()
     optimistic = TreeCosts(chain=chain_costs, plain_ms=plain, chain_ms=chain_costs.step_ms(1), tree_ms=probe)
     return trees_pay(policy, optimistic, chain_costs, margin=MIGHT_PAY_MARGIN)
