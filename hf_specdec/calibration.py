@@ -431,11 +431,12 @@ def _key(target, identity, batch_size: int, device: torch.device, widths: tuple[
     return (id(target), id(identity), str(device), str(dtype), batch_size, torch.get_num_threads(), widths, sampling)
 
 
-def _lookup(key: tuple, target, identity):
+def _lookup(key: tuple, target, identity, missing=None):
+    """What is stored under `key` for this target and identity, else `missing`."""
     stored = _registry.get(key)
     if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
         return stored[2]
-    return None
+    return missing
 
 
 def stored_costs(
@@ -472,6 +473,9 @@ def step_costs(
         return costs
 
 
+_MISSING = object()
+
+
 def tree_costs(
     target, drafter: Drafter, batch_size: int, device: torch.device, chain: StepCosts, widths: tuple[int, ...],
     do_sample: bool = False, vocab_size: int | None = None, generation_config=None,
@@ -483,9 +487,9 @@ def tree_costs(
     identity = _cost_identity(drafter)
     key = ("trees", *_key(target, identity, batch_size, device, widths, _sampling(do_sample, generation_config)))
     with _lock:
-        stored = _registry.get(key)
-        if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
-            return stored[2]
+        stored = _lookup(key, target, identity, missing=_MISSING)  # None is stored too: tree steps that failed
+        if stored is not _MISSING:
+            return stored
         wide = measure(target, drafter, batch_size, device, widths, do_sample, loop_steps=False)
         chain = StepCosts(draft_ms=chain.draft_ms, target_ms=wide.target_ms, loop_ms=chain.loop_ms)
         top_k, depth, nodes = TREE_PROBE
