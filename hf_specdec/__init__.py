@@ -11,6 +11,7 @@ from hf_specdec.drafters import Drafter, FeatureDrafter, ModelDrafter, PromptLoo
 from hf_specdec.errors import (
     CheckpointNotFoundError,
     DrafterLoadError,
+    HeldOutLeakError,
     IncompatibleDrafterError,
     InvalidGammaError,
     MaxLengthError,
@@ -43,11 +44,13 @@ def speculative_generate(target, drafter, input_ids=None, gamma: int | str | Dra
 install()
 
 __all__ = [
+    "CheckpointNotFoundError",
     "CostAwareDraftPolicy",
     "DraftPolicy",
     "Drafter",
     "DrafterLoadError",
     "FeatureDrafter",
+    "HeldOutLeakError",
     "HeuristicDraftPolicy",
     "IncompatibleDrafterError",
     "InvalidGammaError",

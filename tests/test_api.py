@@ -114,3 +114,24 @@ def test_num_return_sequences_samples_independent_rows(target, partial_drafter):
     out = target.generate(ids, do_sample=True, num_return_sequences=4, max_new_tokens=10, drafter=partial_drafter,
                           generator=torch.Generator().manual_seed(0))
     assert out.shape[0] == 4 and len({tuple(row.tolist()) for row in out}) > 1
+
+
+def test_every_typed_error_is_exported():
+    """A user catches our errors by name from the package: each SpeculativeError subclass is in __all__,
+    and every exported name exists."""
+    import inspect
+
+    from hf_specdec import errors
+
+    typed = {name for name, obj in inspect.getmembers(errors, inspect.isclass)
+             if issubclass(obj, hf_specdec.SpeculativeError) and obj.__module__ == errors.__name__}
+    assert typed - set(hf_specdec.__all__) == set()
+    assert all(hasattr(hf_specdec, name) for name in hf_specdec.__all__)
+
+
+def test_a_drafter_of_the_wrong_type_names_every_accepted_kind():
+    from hf_specdec.drafters import resolve_drafter
+
+    with pytest.raises(TypeError, match="feature head") as caught:
+        resolve_drafter(3)
+    assert "prompt_lookup" in str(caught.value) and "causal LM" in str(caught.value)

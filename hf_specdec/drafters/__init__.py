@@ -40,6 +40,7 @@ def resolve_drafter(drafter) -> Drafter:
 
         return resolve_drafter(load_drafter(drafter))
     raise TypeError(
-        "drafter must be a transformers causal LM, a path to one, 'prompt_lookup' or a hf_specdec Drafter, "
+        "drafter must be a transformers causal LM, a path to one or to an EAGLE feature head directory, "
+        "'prompt_lookup', or a hf_specdec Drafter (e.g. FeatureDrafter), "
         f"got {type(drafter).__name__}."
     )
