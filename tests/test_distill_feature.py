@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -101,3 +102,53 @@ def test_a_trained_head_can_be_trained_further(tmp_path):
     second = hf_specdec.eagle.load_feature_head(tmp_path / "second")
     assert torch.equal(first.d2t, second.d2t)  # the vocabulary is kept
     assert not torch.equal(first.fc.weight, second.fc.weight)  # and training went on
+
+
+def test_widening_a_heads_vocabulary_keeps_what_it_learned():
+    """widen_vocab: the head's own tokens keep their trained rows (so their scores are unchanged), the new ones
+    start from the target's LM-head rows, every other weight is the head's; it never shrinks a vocabulary."""
+    from hf_specdec.distill.data import Record
+    from hf_specdec.distill.feature_head import build_feature_head, widen_vocab
+
+    target = tiny_target()
+    head = build_feature_head(target, "eagle3", draft_vocab=list(range(2, 22)))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param in head.parameters():
+            param.add_(torch.randn_like(param) * 0.1)  # as if trained: rows differ from the target's
+    generator = torch.Generator().manual_seed(2)
+    records = [Record(ids=[1, 5] + torch.randint(4, 60, (30,), generator=generator).tolist(), prompt_len=2, greedy=True)
+               for _ in range(8)]
+    wide = widen_vocab(head, target, records, 40, always=[2])
+
+    own, ids = head.draft_ids().tolist(), wide.draft_ids().tolist()
+    assert len(ids) == 40 and ids == sorted(ids) and set(own) <= set(ids)
+    state = torch.randn(3, target.config.hidden_size)
+    columns = [ids.index(token) for token in own]
+    assert torch.equal(wide.scores(state)[:, columns], head.scores(state))
+    new = [row for row, token in enumerate(ids) if token not in own]
+    assert torch.equal(wide.lm_head.weight[new], target.get_output_embeddings().weight[[ids[row] for row in new]])
+    kept = {name: value for name, value in head.state_dict().items() if name not in ("lm_head.weight", "d2t")}
+    assert all(torch.equal(value, wide.state_dict()[name]) for name, value in kept.items())
+    assert widen_vocab(head, target, records, 20) is head
+    with pytest.raises(ValueError, match="drop some"):
+        widen_vocab(head, target, records, 10)
+    with pytest.raises(ValueError, match="whole vocabulary"):
+        widen_vocab(build_feature_head(target, "eagle1"), target, records, 40)
+
+
+def test_a_trained_head_can_continue_over_a_wider_vocabulary(tmp_path):
+    target_dir = tmp_path / "target"
+    tiny_target().save_pretrained(target_dir)
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = CHAT
+    tokenizer.save_pretrained(target_dir)
+    assert _distill(target_dir, tmp_path / "first", "--vocab-size", "24") == 0
+    assert _distill(target_dir, tmp_path / "wide", "--init-from", str(tmp_path / "first"), "--vocab-size", "40") == 0
+    first = hf_specdec.eagle.load_feature_head(tmp_path / "first")
+    wide = hf_specdec.eagle.load_feature_head(tmp_path / "wide")
+    assert len(first.draft_ids()) == 24 and len(wide.draft_ids()) == 40
+    assert set(first.draft_ids().tolist()) <= set(wide.draft_ids().tolist())
+    with pytest.raises(ValueError, match="drop some"):  # refused before any data is made
+        _distill(target_dir, tmp_path / "narrow", "--init-from", str(tmp_path / "first"), "--vocab-size", "12")
+    assert not (tmp_path / "narrow-data").exists()

@@ -76,9 +76,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--eval-set", choices=("templates", "heldout"), default="templates",
                         help="feature: measure on the tool's held-out templates, or on the hand-written chat requests "
                         "(refused if one leaks into the training prompts); the learning curve uses it (default: templates)")
-    parser.add_argument("--vocab-size", type=int, default=4096,
+    parser.add_argument("--vocab-size", type=int, default=None,
                         help="tokens in the drafter's reduced head, the most frequent response tokens; "
-                        "0 for the full vocabulary (default: 4096)")
+                        "0 for the full vocabulary (default: 4096; with --init-from a feature head's own, which a "
+                        "larger size widens, keeping what it learned)")
     parser.add_argument("--topk", type=int, default=32,
                         help="target logits kept per position for the soft labels (default: 32)")
     parser.add_argument("--soft-weight", type=float, default=1.0,
@@ -251,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``hf-specdec distill``: prints the metrics as JSON."""
     import torch
 
+    from .model import DEFAULT_VOCAB_SIZE
     from .pipeline import distill
 
     if args.threads:
@@ -262,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
             args.target, args.out, data=args.data, eval_data=args.eval_data, extra_data=args.extra_data,
             num_prompts=args.num_prompts, num_magpie=args.num_magpie, sampled_fraction=args.sampled_fraction,
             generate=not args.no_generate, max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size,
-            num_eval_prompts=args.num_eval_prompts, kind=args.head, vocab_size=args.vocab_size or None,
+            num_eval_prompts=args.num_eval_prompts, kind=args.head, vocab_size=args.vocab_size,
             init_from=args.init_from, ttt_steps=args.ttt_steps, steps=args.steps, batch_size=args.batch_size or 8,
             lr=args.lr or 3e-4, max_minutes=args.max_minutes, eval_every=args.eval_every, gamma=args.gamma,
             seed=args.seed, progress=not args.quiet, checkpoint_every=args.checkpoint_every, resume=args.resume,
@@ -277,8 +279,8 @@ def run(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens, gen_batch_size=args.gen_batch_size,
         num_eval_prompts=args.num_eval_prompts, hidden_size=args.hidden_size,
         num_layers=args.num_layers, init_layers=args.init_layers, init_from=args.init_from,
-        vocab_size=args.vocab_size or None, topk=args.topk, soft_weight=args.soft_weight,
-        hard_weight=args.hard_weight, steps=args.steps, batch_size=args.batch_size or 16, lr=args.lr or 3e-3,
+        vocab_size=DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size or None, topk=args.topk,
+        soft_weight=args.soft_weight, hard_weight=args.hard_weight, steps=args.steps, batch_size=args.batch_size or 16, lr=args.lr or 3e-3,
         max_minutes=args.max_minutes, gamma=args.gamma, seed=args.seed, progress=not args.quiet,
     )
     print(json.dumps(metrics, indent=2))

@@ -109,6 +109,51 @@ def build_feature_head(
     return head.eval()
 
 
+def check_widening(head: FeatureHead, size: int) -> None:
+    """Raises ValueError unless `widen_vocab(head, ..., size)` can run: an eagle3 head, `size` at least its vocabulary."""
+    own = head.draft_ids()
+    if head.kind != "eagle3" or own is None:
+        raise ValueError(f"an {head.kind} head scores the target's whole vocabulary; there is no draft vocabulary to "
+                         "widen (leave --vocab-size out).")
+    if size < len(own):
+        raise ValueError(f"the head proposes {len(own)} tokens; a vocabulary of {size} would drop some it was trained on "
+                         f"(pass a size of at least {len(own)}, or train a new head).")
+
+
+def widen_vocab(head: FeatureHead, target, records: Sequence[Record], size: int, always: Sequence[int] = ()) -> FeatureHead:
+    """An eagle3 `head` over a draft vocabulary of `size` tokens: its own tokens, whose trained LM-head rows it
+    keeps, plus the most frequent response tokens of `records` it lacks (and `always`), whose rows start as a
+    fresh head's do (the target's LM-head rows). Every other weight is the head's. A trained head's vocabulary
+    can only grow: its tokens are what it has learned to propose.
+
+    Raises:
+        ValueError: an eagle1 head (it scores the target's whole vocabulary), or `size` below the head's vocabulary.
+    """
+    import copy
+
+    from .model import select_vocab_subset
+
+    check_widening(head, size)
+    own = head.draft_ids()
+    if size == len(own):
+        return head
+    ids = torch.as_tensor(select_vocab_subset(records, size, always=sorted({*own.tolist(), *always})), dtype=torch.long)
+    config = copy.deepcopy(head.config)
+    config.draft_vocab_size = len(ids)
+    wide = FeatureHead(config, fc_bias=head.fc.bias is not None).float()
+    kept = {name: value for name, value in head.state_dict().items() if name not in ("lm_head.weight", "d2t")}
+    missing, unexpected = wide.load_state_dict(kept, strict=False)
+    assert sorted(missing) == ["d2t", "lm_head.weight"] and not unexpected, (missing, unexpected)
+    rows = target.get_output_embeddings().weight.detach()[ids].float().clone()
+    row_of = {token: row for row, token in enumerate(own.tolist())}
+    new_rows = [row for row, token in enumerate(ids.tolist()) if token in row_of]
+    rows[new_rows] = head.lm_head.weight.detach().float()[[row_of[token] for token in ids[new_rows].tolist()]]
+    with torch.no_grad():
+        wide.lm_head.weight.copy_(rows)
+        wide.d2t.copy_(ids - torch.arange(len(ids)))
+    return wide.eval()
+
+
 def _store_columns(store: FeatureStore, layers: Sequence[int]) -> list[int]:
     missing = [layer for layer in layers if layer not in store.layers]
     if missing:

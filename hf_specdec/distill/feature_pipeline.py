@@ -17,9 +17,11 @@ from typing import Sequence
 
 import torch
 
-from .feature_head import build_feature_head, evaluate_feature_head, train_feature_head
+from .feature_head import (
+    build_feature_head, check_widening, evaluate_feature_head, train_feature_head, widen_vocab,
+)
 from .features import FeatureStore, LiveFeatures, extract_features, features_in_memory
-from .model import select_vocab_subset
+from .model import DEFAULT_VOCAB_SIZE, select_vocab_subset
 from .pipeline import METRICS_FILE, prepare_data
 
 
@@ -86,7 +88,7 @@ def distill_feature_head(
     gen_batch_size: int = 32,
     num_eval_prompts: int = 24,
     kind: str = "eagle3",
-    vocab_size: int | None = 4096,
+    vocab_size: int | None = None,
     init_from: str | Path | None = None,
     ttt_steps: int = 3,
     steps: int = 2000,
@@ -111,7 +113,11 @@ def distill_feature_head(
         extra_data: more corpora (same format) to train on as they are.
         num_prompts: template prompts to answer; num_magpie: prompts the target writes itself to answer.
         kind: "eagle3" (fused low/mid/high states, own head over ``vocab_size`` tokens) or "eagle1".
-        init_from: a head directory to continue training (its layout and vocabulary are kept).
+        vocab_size: an eagle3 head's draft vocabulary, the most frequent response tokens (0: the whole vocabulary;
+            None: DEFAULT_VOCAB_SIZE for a new head, the head's own with ``init_from``, which a larger size widens:
+            `widen_vocab`).
+        init_from: a head directory to continue training (its layout is kept, and its vocabulary unless
+            ``vocab_size`` widens it).
         ttt_steps: unrolled steps of the training-time test (1 = teacher forcing only).
         eval_every: measure and save every this many steps (0: only at the end); each measurement is a
             point of ``out_dir/learning_curve.json`` (and ``.png`` when matplotlib is installed).
@@ -134,6 +140,9 @@ def distill_feature_head(
     if checkpoint_path.exists() and not resume:
         raise ValueError(f"{checkpoint_path} holds an earlier run of this head; pass --resume to continue it, or "
                          "delete it to start again.")
+    earlier = None if init_from is None else load_feature_head(init_from)  # loaded first: a refusal costs no data
+    if earlier is not None and vocab_size:
+        check_widening(earlier, vocab_size)
     # 1. Data: the target's own responses (appended per prompt, so a rerun resumes).
     prepared = prepare_data(
         target_path, out_dir, data=data, eval_data=eval_data, extra_data=extra_data, num_prompts=num_prompts,
@@ -146,9 +155,13 @@ def distill_feature_head(
 
     # 2. The head: from an earlier one, or built from the target over the most frequent response tokens.
     num_layers = target.config.get_text_config().num_hidden_layers
-    if init_from is not None:
-        head = load_feature_head(init_from)
+    if earlier is not None:  # its layout and vocabulary: training goes on from what it learned
+        head = earlier
+        if vocab_size is not None and head.kind == "eagle3":
+            head = widen_vocab(head, target, records, vocab_size or target.config.get_text_config().vocab_size,
+                               always=sorted(eos))
     else:
+        vocab_size = DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size
         vocab = None
         if kind == "eagle3":
             size = vocab_size or target.config.get_text_config().vocab_size
