@@ -23,8 +23,8 @@ from hf_specdec.tree import ancestors, earlier_siblings
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draws one token per row of `probs` ([..., vocab], rows sum to 1); returns [...] long. This is
-    generate()'s own draw (torch.multinomial), so a plain step repeats generate()'s tokens for a seed.
+    """Draws one token per row of `probs` ([..., vocab], rows sum to 1); returns [...] long, with
+    generate()'s own draw (torch.multinomial). `draw`'s fallback where float64 is missing.
 
     Uses the explicit `generator` when given (on its own device) and the global RNG otherwise.
     """
@@ -40,8 +40,9 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch
     """Draws one token per row of `probs` ([..., vocab], rows sum to 1) from the same distribution as
     `sample`, but not from the same random stream: one float64 uniform per row, inverted through the row's
     float64 CDF. On a CPU it costs a fraction of torch.multinomial, which draws an exponential per
-    vocabulary entry (vocab 49k, one thread: 0.1 vs 1.5 ms for one row, 0.3 vs 5.6 ms for four). For the
-    draws that need not repeat generate()'s own: the drafts, and a drafting step's last token.
+    vocabulary entry (vocab 49k, one thread: 0.1 vs 1.5 ms for one row, 0.3 vs 5.6 ms for four, 0.6 vs 12 ms
+    for eight). Every draw of the loop uses it: drafts, recovered and bonus tokens, and plain steps, where
+    generate() itself pays the multinomial (so seeded sampling never repeats generate()'s own tokens).
     """
     flat = probs.reshape(-1, probs.shape[-1])  # [rows, vocab]
     if flat.device.type == "mps":  # no float64 there
@@ -135,8 +136,8 @@ def verify_stochastic(
     """
     batch, gamma = draft_tokens.shape
     device = target_probs.device
-    if gamma == 0:  # a plain step: the target's own token, drawn as generate() draws it
-        return sample(target_probs[:, 0], generator)[:, None], torch.zeros(batch, dtype=torch.long, device=device)
+    if gamma == 0:  # a plain step: the target's own token
+        return draw(target_probs[:, 0], generator)[:, None], torch.zeros(batch, dtype=torch.long, device=device)
     index = draft_tokens.clamp_min(0)[:, :, None]  # [batch, gamma, 1]; empty slots hold -1
     p_draft = target_probs[:, :gamma].gather(2, index).squeeze(2)  # [batch, gamma]
     q_draft = draft_probs.gather(2, index).squeeze(2)  # [batch, gamma]
@@ -225,13 +226,13 @@ def verify_tree_stochastic(
 
     Randomness: one uniform per drafted node (drawn at once, [batch, nodes - 1]), then one `draw`; a chain
     therefore gives exactly what `verify_stochastic` gives with one-hot draft probabilities, and a tree of
-    the root alone what a plain step gives (generate()'s own draw).
+    the root alone what a plain step gives.
     """
     batch, num_nodes = node_tokens.shape
     device = target_probs.device
     if num_nodes == 1:  # a plain step
         return _tree_verdict(node_tokens, torch.full_like(node_tokens, -1), node_tokens.new_zeros(batch),
-                             sample(target_probs[:, 0], generator))
+                             draw(target_probs[:, 0], generator))
     rows = torch.arange(batch, device=device)
     draws = uniform((batch, num_nodes - 1), device, generator)  # [batch, nodes - 1], one per drafted node
     at = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] deepest accepted node

@@ -30,16 +30,16 @@ def test_greedy_gamma_one_and_num_drafted():
 
 
 def test_a_step_without_drafts_commits_the_targets_own_token():
-    # Greedy: each row's argmax. Sampled: generate()'s own draw (torch.multinomial) from the same generator
-    # state, so a plain step repeats generate()'s token; a different seed (control) draws differently.
+    # Greedy: each row's argmax. Sampled: verify.draw from the generator's state (not generate()'s multinomial, which
+    # costs an exponential per vocabulary entry); a different seed (control) draws differently.
     scores = torch.tensor([[[0.1, 2.0, 0.3]], [[5.0, 0.0, 1.0]]])  # [2, 1, 3]
     no_drafts = torch.zeros(2, 0, dtype=torch.long)
     committed, n = verify.verify_greedy(no_drafts, scores)
     assert (committed.tolist(), n.tolist()) == ([[1], [0]], [0, 0])
     probs = torch.full((2, 1, 1000), 1e-3)
     committed, n = verify.verify_stochastic(no_drafts, torch.zeros(2, 0, 1000), probs, torch.Generator().manual_seed(3))
-    expected = torch.multinomial(probs[:, 0], 1, generator=torch.Generator().manual_seed(3))
-    other = torch.multinomial(probs[:, 0], 1, generator=torch.Generator().manual_seed(4))
+    expected = verify.draw(probs[:, 0], torch.Generator().manual_seed(3))[:, None]
+    other = verify.draw(probs[:, 0], torch.Generator().manual_seed(4))[:, None]
     assert torch.equal(committed, expected) and not torch.equal(committed, other) and n.tolist() == [0, 0]
 
 

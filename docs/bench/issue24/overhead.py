@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--methods", default="plain,unrelated,head,plain2")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sample at this temperature (0: greedy)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dtype = getattr(torch, args.dtype)
@@ -59,8 +60,10 @@ def main() -> None:
             spans.append((start, time.perf_counter()))
 
     type(target).forward = timed
-    settings = dict(max_new_tokens=args.max_new_tokens, do_sample=False, eos_token_id=None,
+    settings = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0, eos_token_id=None,
                     pad_token_id=tokenizer.pad_token_id)
+    if args.temperature > 0:
+        settings.update(temperature=args.temperature, top_k=0, top_p=1.0)  # as the bench samples
     drafters = {"unrelated": unrelated, "head": head}
 
     def call(method: str, inputs) -> tuple[float, float, float]:
@@ -78,7 +81,8 @@ def main() -> None:
 
     prompts = encode(tokenizer, CHAT_PROMPTS)
     methods = args.methods.split(",")
-    print(f"{args.dtype}, {torch.get_num_threads()} thread, torch {torch.__version__}")
+    mode = f"sampled at T {args.temperature}" if args.temperature > 0 else "greedy"
+    print(f"{args.dtype}, {mode}, {torch.get_num_threads()} thread, torch {torch.__version__}")
     print("batch method     overhead_ms  forward_ms  overhead/forward  step_ms  (medians over repeats)")
     for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
         (inputs,) = batches(prompts[:batch_size], batch_size, tokenizer.pad_token_id)
