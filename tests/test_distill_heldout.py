@@ -70,6 +70,19 @@ def test_a_request_copied_into_a_training_prompt_is_refused_and_a_clean_one_pass
     check_disjoint(tokenizer, [long_request, short_request], training[:1])
 
 
+def test_leaking_magpie_requests_are_dropped_in_order_and_clean_ones_kept():
+    from hf_specdec.distill.heldout import without_leaks
+
+    tokenizer = chat_tokenizer()
+    requests = ["Write a short story about cats and dogs in the rain .", "Give me three tips about tea .",
+                "Write a poem about bread .", "Explain the sun to a ten year old ."]
+    training = [train_record(tokenizer, "Explain short story about cats and dogs in the to a ten year old ."),
+                train_record(tokenizer, "Describe it . Write a poem about bread . Thanks")]
+    kept, dropped = without_leaks(tokenizer, requests, training)
+    assert kept == [requests[1], requests[3]] and dropped == [requests[0], requests[2]]
+    assert without_leaks(tokenizer, requests, []) == (requests, [])  # control: nothing to leak into
+
+
 def test_find_leaks_names_the_leaked_requests_only():
     requests = [list(range(10, 20)), list(range(30, 33)), list(range(50, 60))]
     prompts = [[1, 2, *range(12, 20), 9], [7, 30, 31, 32, 8], [50, 51, 52, 53, 54, 55, 56, 99]]

@@ -164,6 +164,9 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
                         help="a training JSONL (repeatable); default: the files in the head's distill_metrics.json")
     parser.add_argument("--magpie-requests", action="append", default=[],
                         help="held-out requests from distill-data --requests-only (repeatable)")
+    parser.add_argument("--drop-leaking-magpie", action="store_true",
+                        help="leave out the Magpie requests that share --ngram tokens with a training prompt (counted "
+                        "in the output) instead of refusing; hand-written requests are always refused on a leak")
     parser.add_argument("--no-hand-written", action="store_true", help="leave out the hand-written requests")
     parser.add_argument("--max-new-tokens", type=int, default=96, help="answer length (default: 96)")
     parser.add_argument("--batch-size", type=int, default=16, help="rows decoded at once (default: 16)")
@@ -218,7 +221,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from hf_specdec.eagle import load_feature_head
 
     from .data import eos_ids, read_records
-    from .heldout import check_seeds, evaluate_heldout, read_requests
+    from .heldout import check_seeds, evaluate_heldout, read_requests, without_leaks
     from .heldout_requests import HELDOUT_REQUESTS
     from .pipeline import METRICS_FILE
 
@@ -232,15 +235,19 @@ def run_eval(args: argparse.Namespace) -> int:
             raise SystemExit(f"no training data listed in {metrics_file}; name it with --train-data")
     target, tokenizer = _load_target(args.target, torch.float32)
     check_seeds(args.magpie_requests, train_data)
-    requests = ([] if args.no_hand_written else list(HELDOUT_REQUESTS)) + read_requests(args.magpie_requests)
     eos = eos_ids(target, tokenizer)
     train_records = [record for path in train_data for record in read_records(path, eos)]
+    magpie, dropped = read_requests(args.magpie_requests), []
+    if args.drop_leaking_magpie:
+        magpie, dropped = without_leaks(tokenizer, magpie, train_records, args.ngram)
+    requests = ([] if args.no_hand_written else list(HELDOUT_REQUESTS)) + magpie
     metrics = evaluate_heldout(
         target, tokenizer, load_feature_head(args.head), requests, train_records, max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size, ngram=args.ngram, responses=args.responses, progress=not args.quiet,
     )
     metrics = {**metrics, "head": str(args.head), "train_data": [str(p) for p in train_data],
-               "magpie_requests": list(args.magpie_requests), "hand_written": not args.no_hand_written}
+               "magpie_requests": list(args.magpie_requests), "magpie_used": len(magpie),
+               "magpie_dropped_as_leaks": len(dropped), "hand_written": not args.no_hand_written}
     text = json.dumps(metrics, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")

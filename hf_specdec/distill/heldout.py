@@ -118,6 +118,17 @@ def check_disjoint(tokenizer, requests: Sequence[str], train_records: Iterable[R
         )
 
 
+def without_leaks(
+    tokenizer, requests: Sequence[str], train_records: Iterable[Record], ngram: int = NGRAM
+) -> tuple[list[str], list[str]]:
+    """(the requests that share no `ngram`-token run with a training prompt, those that do), each in order: for
+    Magpie requests, which the target wrote at random and which may repeat its everyday phrasing; hand-written
+    ones are checked with `check_disjoint`, which refuses instead."""
+    leaks = find_leaks([request_ids(tokenizer, r) for r in requests],
+                       (record.ids[: record.prompt_len] for record in train_records), ngram)
+    return ([r for i, r in enumerate(requests) if i not in leaks], [r for i, r in enumerate(requests) if i in leaks])
+
+
 def read_seeds(paths: Iterable[str | Path]) -> set[int]:
     """The base seeds recorded in data files (`magpie_data` writes a "seed" per line)."""
     seeds = set()
