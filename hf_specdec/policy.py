@@ -201,7 +201,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     probe_after: int = 4
     max_probe_interval: int = 64
     probe_budget: float = 0.01
-    give_up_after: int = 3
+    give_up_after: int = 5  # a drafter right 39 % of the time meets 3 rejections first in 23 % of calls, 5 in 8 %
     trees: bool = True
     max_nodes: int = 32
     prior_ranks: tuple[float, ...] = (0.15, 0.08, 0.05)

@@ -119,7 +119,8 @@ def test_a_step_the_drafter_could_not_draft_is_no_plain_step_and_makes_the_next_
     assert int(schedules[0].lengths.max()) == 1 and schedules[0].plain_steps == 0
     runs = [[_step(schedule, accepted=0) for _ in range(30)] for schedule in schedules]
     first_interval = schedules[1].first_interval  # 18 on these costs
-    assert runs[0] == runs[1] and runs[0].index(1, 3) == 3 + first_interval  # not twice that
+    stopped = runs[0].index(0)  # the first plain step
+    assert runs[0] == runs[1] and runs[0].index(1, stopped) == stopped + first_interval  # not twice that
 
 
 def test_probes_wait_until_their_cost_fits_the_budget():
@@ -369,15 +370,16 @@ CHEAP_WIDTH = StepCosts(draft_ms=1.0, target_ms={1: 60.0, 2: 55.0, 7: 80.0})
 
 def test_with_zero_acceptance_no_cost_estimate_keeps_drafting():
     # v(2) < v(1): on the forwards alone one draft costs 56 ms against a plain step's 60, so accepting nothing
-    # would look profitable. After give_up_after (3) rejections with nothing accepted, only probes draft, and
+    # would look profitable. After give_up_after (5) rejections with nothing accepted, only probes draft, and
     # each probe that accepts nothing doubles the wait. Control: with the rule off (give_up_after huge) the
     # same costs draft on every step.
     policy = CostAwareDraftPolicy(costs=CHEAP_WIDTH, probe_after=4, max_probe_interval=16)
+    assert policy.give_up_after == 5
     schedule = _schedule(policy)
     lengths = [_step(schedule, accepted=0) for _ in range(60)]
-    assert lengths[:3] == [1, 1, 1] and lengths[3] == 0
-    probes = [i for i in range(3, 60) if lengths[i] > 0]
-    waits = [b - a - 1 for a, b in zip([2, *probes], probes)]
+    assert lengths[:5] == [1] * 5 and lengths[5] == 0
+    probes = [i for i in range(5, 60) if lengths[i] > 0]
+    waits = [b - a - 1 for a, b in zip([4, *probes], probes)]
     assert waits[:4] == [4, 8, 16, 16]
     assert schedule.break_even == 0.0  # what the costs say: any acceptance pays; the rule decides instead
     control = _schedule(CostAwareDraftPolicy(costs=CHEAP_WIDTH, give_up_after=10**6))
@@ -385,9 +387,11 @@ def test_with_zero_acceptance_no_cost_estimate_keeps_drafting():
 
 
 def test_a_batch_gives_up_a_never_accepted_drafter_after_one_step():
-    # Four rows reject four drafts in one step: three rejections in all suffice.
-    schedule = _schedule(CostAwareDraftPolicy(costs=CHEAP_WIDTH), batch=4)
+    # Five rows reject five drafts in one step: five rejections in all suffice; four rows need a second step.
+    schedule = _schedule(CostAwareDraftPolicy(costs=CHEAP_WIDTH), batch=5)
     assert [_step(schedule, accepted=0) for _ in range(3)] == [1, 0, 0]
+    schedule = _schedule(CostAwareDraftPolicy(costs=CHEAP_WIDTH), batch=4)
+    assert [_step(schedule, accepted=0) for _ in range(3)] == [1, 1, 0]
 
 
 def test_a_drafter_that_becomes_right_later_is_tried_again_after_giving_up():

@@ -160,7 +160,7 @@ def test_the_tree_schedule_widens_when_second_choices_are_kept_and_draws_chains_
 def test_the_tree_schedule_gives_up_on_a_drafter_that_is_never_right_and_probes():
     schedule = _start({}, CHEAP)
     assert schedule.shape is not None  # drafts at first, on the prior
-    _feed(schedule, 3, lambda: (0, 0))
+    _feed(schedule, schedule.policy.give_up_after, lambda: (0, 0))
     assert schedule.given_up() and schedule.shape is None  # plain steps
     shapes, active, none = [], torch.tensor([True]), torch.tensor([0])
     for _ in range(40):
