@@ -88,6 +88,9 @@ def test_find_leaks_names_the_leaked_requests_only():
     prompts = [[1, 2, *range(12, 20), 9], [7, 30, 31, 32, 8], [50, 51, 52, 53, 54, 55, 56, 99]]
     leaks = find_leaks(requests, prompts, ngram=8)
     assert leaks == {0: tuple(range(12, 20)), 1: (30, 31, 32)}  # request 2 shares only 7 tokens
+    # Two requests with the same run both leak (a run once named only the first request that had it).
+    twins = [list(range(10, 20)), [5, *range(12, 20)], list(range(50, 60))]
+    assert set(find_leaks(twins, prompts, ngram=8)) == {0, 1}
 
 
 def test_held_out_magpie_seeds_must_differ_from_training_seeds(tmp_path):

@@ -62,10 +62,10 @@ class LeakFilter:
     request when it is shorter. `find(prompt)` names the first request a prompt leaks, or None."""
 
     def __init__(self, requests: Sequence[Sequence[int]], ngram: int = NGRAM):
-        self.runs: dict[tuple[int, ...], int] = {}
+        self.runs: dict[tuple[int, ...], list[int]] = {}  # a run -> every request that has it, in order
         for index, ids in enumerate(requests):
             for run in (_ngrams(ids, ngram) if len(ids) >= ngram else {tuple(ids)}):
-                self.runs.setdefault(run, index)
+                self.runs.setdefault(run, []).append(index)
         self.lengths = sorted({len(run) for run in self.runs})
 
     def find(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...]] | None:
@@ -73,9 +73,9 @@ class LeakFilter:
         prompt = list(prompt)
         for n in self.lengths:
             for i in range(len(prompt) - n + 1):
-                index = self.runs.get(tuple(prompt[i : i + n]))
-                if index is not None:
-                    return index, tuple(prompt[i : i + n])
+                indices = self.runs.get(tuple(prompt[i : i + n]))
+                if indices:
+                    return indices[0], tuple(prompt[i : i + n])
         return None
 
 
@@ -99,9 +99,8 @@ def find_leaks(
         for n in leak_filter.lengths:
             for i in range(len(prompt) - n + 1):
                 run = tuple(prompt[i : i + n])
-                index = leak_filter.runs.get(run)
-                if index is not None and index not in leaks:
-                    leaks[index] = run
+                for index in leak_filter.runs.get(run, ()):  # every request with this run leaks, not the first only
+                    leaks.setdefault(index, run)
     return leaks
 
 
