@@ -69,21 +69,25 @@ def uniform(
     return torch.rand(shape, device=generator.device, generator=generator, dtype=dtype).to(device)
 
 
-#: `argmax`'s block width on a CPU, and the fewest scores a row needs for blocks to pay.
-ARGMAX_BLOCK, ARGMAX_MIN_VOCAB = 256, 2048
+#: `argmax`'s block width on a CPU, and the fewest rows and scores a row for which blocks pay.
+ARGMAX_BLOCK, ARGMAX_MIN_ROWS, ARGMAX_MIN_VOCAB = 256, 8, 2048
 
 
 def argmax(scores: torch.Tensor) -> torch.Tensor:
     """`scores.argmax(dim=-1)` ([..., vocab] -> [...] long), the same index (the first maximum; the first NaN, as
-    torch's), faster on a CPU: torch's CPU argmax compares one score at a time (80 us a row of 49k scores on
-    one Zen 5 thread, 0.6 ms for 8 rows, every greedy step), while `amax` is vectorized. So the maximum of
-    each block of ARGMAX_BLOCK scores is taken with `amax` (NaN propagates), the first block holding the row's
-    maximum (or first NaN) with an argmax over the block maxima, and the index inside that block with an
-    argmax over its scores: 41 / 78 / 116 us for 1 / 4 / 8 rows. A vocabulary that is no multiple of the block
-    is padded with -inf, which only ever ties with an earlier -inf. Other devices (one fast kernel there),
-    small vocabularies and integer scores use torch's argmax."""
+    torch's), faster on a CPU for many rows: torch's CPU argmax compares one score at a time (~50-80 us a row of
+    49k scores on one Zen 5 thread, 0.4-0.6 ms for 8 rows), while `amax` is vectorized. So the maximum of each
+    block of ARGMAX_BLOCK scores is taken with `amax` (NaN propagates), the first block holding the row's
+    maximum (or first NaN) with an argmax over the block maxima, and the index inside that block with an argmax
+    over its scores. A vocabulary that is no multiple of the block is padded with -inf, which only ever ties
+    with an earlier -inf. Its ~8 small ops cost ~10 us each right after a forward (their code is cold, evicted by
+    the model's weights), so in a decoding step it pays from ARGMAX_MIN_ROWS rows on (measured in a plain step,
+    bf16 49k vocabulary: 1 row 153 vs 41 us, 4 rows 140 vs 114 us, 8 rows ~160 vs 217 us for torch's; out of
+    a step, 16 / 38 / 79 us against 26 / 100 / 200 us). Fewer rows, other devices (one fast kernel there), small
+    vocabularies and integer scores use torch's argmax."""
     vocab = scores.shape[-1]
-    if scores.device.type != "cpu" or not scores.is_floating_point() or vocab < ARGMAX_MIN_VOCAB or not scores.numel():
+    if (scores.device.type != "cpu" or not scores.is_floating_point() or vocab < ARGMAX_MIN_VOCAB
+            or scores.numel() < ARGMAX_MIN_ROWS * vocab):
         return scores.argmax(dim=-1)
     if vocab % ARGMAX_BLOCK:
         scores = torch.nn.functional.pad(scores, (0, -vocab % ARGMAX_BLOCK), value=float("-inf"))

@@ -173,7 +173,7 @@ def test_argmax_is_torchs_first_maximum(vocab, dtype):
     # The blocked CPU argmax returns torch's index: the first maximum (ties within and across blocks), the first
     # NaN, index 0 of an all -inf row, the first +inf; any leading shape, strided (a sliced vocabulary) or not.
     generator = torch.Generator().manual_seed(vocab)
-    scores = torch.randn(7, 3, vocab, generator=generator).to(dtype)
+    scores = torch.randn(8, 3, vocab, generator=generator).to(dtype)
     scores[0, 0, [5, vocab - 2]] = 50.0  # a tie across blocks
     scores[0, 1, [vocab // 2, vocab // 2 + 1]] = 50.0  # a tie inside a block
     scores[1, 0, [vocab - 1, 9]] = float("nan")
