@@ -211,6 +211,7 @@ class CachedModel:
         anchors: torch.Tensor | None = None,  # [batch] >= ends; defaults to ends
         feature_layers: tuple[int, ...] = (),
         column_inputs: dict[str, torch.Tensor] | None = None,
+        width: int | None = None,
     ) -> tuple[torch.Tensor, TargetFeatures | None]:
         """Feeds each row `sequences[b, pad_lens[b] + num_cached[b] : ends[b]]` and returns the logits at
         buffer indices `anchors[b] - num_logits ... anchors[b] - 1`, [batch, num_logits, vocab] float32
@@ -222,14 +223,20 @@ class CachedModel:
         The chunk is aligned on `anchors`, so the returned positions line up across rows even when rows
         feed different numbers of tokens. Chunk columns outside a row's range (before its first uncached
         token, or from `ends[b]` on) are masked and become invalid cache columns; their logits are junk.
+        The chunk is as wide as the most uncached tokens a row has before its anchor (at least `num_logits`);
+        a caller that knows no row has more than `width` tells it, which saves a sync.
         """
         self._no_pending_tree()
         anchors = ends if anchors is None else anchors
         start = pad_lens + self.num_cached  # [batch] first uncached index per row
-        width = max(int((anchors - start).max()), num_logits)
-        cols = torch.arange(width, device=self.device)  # [width]
-        index = anchors[:, None] - width + cols  # [batch, width] buffer index of each chunk column
-        chunk_valid = (index >= start[:, None]) & (index < ends[:, None])  # [batch, width]
+        width = max(int((anchors - start).max()) if width is None else width, num_logits)
+        if width == 1:  # one token per row (every plain step): fewer tensor ops
+            index = (anchors - 1)[:, None]  # [batch, 1] buffer index of the chunk's column
+        else:
+            index = anchors[:, None] - width + torch.arange(width, device=self.device)  # [batch, width]
+        chunk_valid = index >= start[:, None]  # [batch, width]
+        if anchors is not ends:  # (with anchors at ends, every column is before its row's end)
+            chunk_valid &= index < ends[:, None]
         chunk = sequences.gather(1, index.clamp_min(0))  # [batch, width]
         # Positions count real tokens only: the next one of row b is num_cached[b].
         fed = chunk_valid.long().cumsum(dim=1) if width > 1 else chunk_valid.long()  # [batch, width]
@@ -277,7 +284,9 @@ class CachedModel:
             if self._logits_to_keep:
                 inputs["logits_to_keep"] = num_logits
             outputs = self.model(**inputs)
-            logits = outputs.logits[:, -num_logits:]
+            logits = outputs.logits
+            if logits.shape[1] != num_logits:
+                logits = logits[:, -num_logits:]
         return logits.to(device=self.device, dtype=torch.float32), outputs
 
     def _position_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor, visible: torch.Tensor | None = None):

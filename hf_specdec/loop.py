@@ -117,9 +117,14 @@ def speculative_decode(
     no_draft = Draft(tokens=no_drafts[:, None][:, :0], num_drafted=no_drafts)  # tokens [batch, 0]
     plain_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] plain steps each row took
     first_token = pad_lens + 1  # [batch] lens - first_token: a row's tokens before its last one
+    # The first forward feeds each row's prompt; after it, each step leaves every row at most its last token
+    # uncached, so a step's chunk is its verified width (the target need not sync to find it).
+    caught_up = False
     while True:
         needed = done_at.max() if flagged.all() else max_length
-        active = (lens < needed) & (~flagged if freeze_finished else True)  # [batch]
+        active = lens < needed  # [batch]
+        if freeze_finished:
+            active &= ~flagged
         if not active.any():
             break
 
@@ -144,9 +149,12 @@ def speculative_decode(
         # 2. Verify: one target forward over each row's unseen tokens and its drafts.
         ends, anchors = (lens + num_drafted, lens + width) if width else (lens, lens)  # inactive rows drafted nothing
         target_logits, features = target.forward(
-            sequences, pad_lens, ends, width + 1, anchors=anchors, feature_layers=feature_layers
+            sequences, pad_lens, ends, width + 1, anchors=anchors, feature_layers=feature_layers,
+            width=width + 1 if caught_up else None,
         )
-        target_logits = target_logits[..., :vocab_size]  # [batch, width + 1, vocab]
+        caught_up = True
+        if target_logits.shape[-1] != vocab_size:
+            target_logits = target_logits[..., :vocab_size]  # [batch, width + 1, vocab]
         # Column j scores the token after a row's j-th draft (rows that drafted fewer sit it out).
         processed = [process(target_logits[:, 0], lens, active)]
         processed += [process(target_logits[:, j], lens + j, active & (j <= num_drafted)) for j in range(1, width + 1)]
@@ -248,7 +256,7 @@ def commit(
     _write(sequences, lens, tokens, num_new)
     for j in range(tokens.shape[1]):
         rows = (j < num_new) & ~flagged
-        if not rows.any():
+        if j and not rows.any():  # (every active row commits a first token: no sync to find out)
             break
         length = lens + (j + 1)  # [batch] each row's length with its token j
         done = check_stopping(stopping_criteria, sequences, length, rows)

@@ -69,6 +69,34 @@ def uniform(
     return torch.rand(shape, device=generator.device, generator=generator, dtype=dtype).to(device)
 
 
+#: `argmax`'s block width on a CPU, and the fewest rows and scores a row for which blocks pay.
+ARGMAX_BLOCK, ARGMAX_MIN_ROWS, ARGMAX_MIN_VOCAB = 256, 8, 2048
+
+
+def argmax(scores: torch.Tensor) -> torch.Tensor:
+    """`scores.argmax(dim=-1)` ([..., vocab] -> [...] long), the same index (the first maximum; the first NaN, as
+    torch's), faster on a CPU for many rows: torch's CPU argmax compares one score at a time (~50-80 us a row of
+    49k scores on one Zen 5 thread, 0.4-0.6 ms for 8 rows), while `amax` is vectorized. So the maximum of each
+    block of ARGMAX_BLOCK scores is taken with `amax` (NaN propagates), the first block holding the row's
+    maximum (or first NaN) with an argmax over the block maxima, and the index inside that block with an argmax
+    over its scores. A vocabulary that is no multiple of the block is padded with -inf, which only ever ties
+    with an earlier -inf. Its ~8 small ops cost ~10 us each right after a forward (their code is cold, evicted by
+    the model's weights), so in a decoding step it pays from ARGMAX_MIN_ROWS rows on (measured in a plain step,
+    bf16 49k vocabulary: 1 row 153 vs 41 us, 4 rows 140 vs 114 us, 8 rows ~160 vs 217 us for torch's; out of
+    a step, 16 / 38 / 79 us against 26 / 100 / 200 us). Fewer rows, other devices (one fast kernel there), small
+    vocabularies and integer scores use torch's argmax."""
+    vocab = scores.shape[-1]
+    if (scores.device.type != "cpu" or not scores.is_floating_point() or vocab < ARGMAX_MIN_VOCAB
+            or scores.numel() < ARGMAX_MIN_ROWS * vocab):
+        return scores.argmax(dim=-1)
+    if vocab % ARGMAX_BLOCK:
+        scores = torch.nn.functional.pad(scores, (0, -vocab % ARGMAX_BLOCK), value=float("-inf"))
+    blocks = scores.reshape(-1, scores.shape[-1] // ARGMAX_BLOCK, ARGMAX_BLOCK)  # [rows, blocks, block]
+    first = blocks.amax(dim=-1).argmax(dim=-1)  # [rows] the first block holding the maximum
+    inside = blocks.gather(1, first[:, None, None].expand(-1, 1, ARGMAX_BLOCK)).squeeze(1).argmax(dim=-1)  # [rows]
+    return (first * ARGMAX_BLOCK + inside).reshape(scores.shape[:-1])
+
+
 def _commit(
     draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_tokens: torch.Tensor
 ) -> torch.Tensor:
@@ -102,8 +130,8 @@ def verify_greedy(
     """
     gamma = draft_tokens.shape[1]
     if gamma == 0:  # a plain step: the target's own token (the common case once drafting stopped)
-        return target_scores[:, 0].argmax(dim=-1)[:, None], draft_tokens.new_zeros(draft_tokens.shape[0])
-    target_tokens = target_scores.argmax(dim=-1)  # [batch, gamma + 1]
+        return argmax(target_scores[:, 0])[:, None], draft_tokens.new_zeros(draft_tokens.shape[0])
+    target_tokens = argmax(target_scores)  # [batch, gamma + 1]
     matches = (draft_tokens == target_tokens[:, :gamma]) & _drafted(draft_tokens, num_drafted)  # [batch, gamma]
     num_accepted = matches.long().cumprod(dim=1).sum(dim=1)  # [batch]
     next_tokens = target_tokens.gather(1, num_accepted[:, None]).squeeze(1)  # [batch]
@@ -194,7 +222,7 @@ def verify_tree_greedy(
     if tree_ancestors is None:
         tree_ancestors = ancestors(parents)
     index = torch.arange(num_nodes, device=device)
-    target_tokens = target_scores.argmax(dim=-1)  # [batch, nodes]
+    target_tokens = argmax(target_scores)  # [batch, nodes]
     # A node matches when it is its parent's argmax and no earlier sibling is.
     match = (parents >= 0) & (node_tokens == target_tokens.gather(1, parents.clamp_min(0)))  # [batch, nodes]
     match &= ~(earlier_siblings(parents) & match[:, None, :]).any(dim=2)

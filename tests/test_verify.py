@@ -165,3 +165,21 @@ def test_draw_is_reproducible_with_an_explicit_generator_and_keeps_the_leading_s
     probs = torch.softmax(torch.randn(3, 4, 50, generator=torch.Generator().manual_seed(0)), dim=-1)
     first = verify.draw(probs, torch.Generator().manual_seed(1))
     assert first.shape == (3, 4) and torch.equal(first, verify.draw(probs, torch.Generator().manual_seed(1)))
+
+
+@pytest.mark.parametrize("vocab", [49152, 32000, 50257, 2048, 151])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_argmax_is_torchs_first_maximum(vocab, dtype):
+    # The blocked CPU argmax returns torch's index: the first maximum (ties within and across blocks), the first
+    # NaN, index 0 of an all -inf row, the first +inf; any leading shape, strided (a sliced vocabulary) or not.
+    generator = torch.Generator().manual_seed(vocab)
+    scores = torch.randn(8, 3, vocab, generator=generator).to(dtype)
+    scores[0, 0, [5, vocab - 2]] = 50.0  # a tie across blocks
+    scores[0, 1, [vocab // 2, vocab // 2 + 1]] = 50.0  # a tie inside a block
+    scores[1, 0, [vocab - 1, 9]] = float("nan")
+    scores[1, 1] = float("-inf")
+    scores[1, 2, [vocab // 3, vocab - 1]] = float("inf")
+    scores[2] = scores[2].round()  # many ties
+    scores[3, 0, -1] = 60.0  # the very last score
+    for case in (scores, scores[..., : vocab - 1], scores[:, 0], scores[0, 0], scores[:0]):
+        assert torch.equal(verify.argmax(case), case.argmax(dim=-1))

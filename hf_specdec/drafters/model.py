@@ -9,7 +9,7 @@ from hf_specdec import compat
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures
 from hf_specdec.tree import DraftTree, build_tree
-from hf_specdec.verify import draw
+from hf_specdec.verify import argmax, draw
 
 
 class ModelDrafter(Drafter):
@@ -70,7 +70,7 @@ class ModelDraftSession(DraftSession):
                 probs.append(step_probs)
                 token = draw(step_probs, ctx.generator)  # [batch]
             else:
-                token = scores.argmax(dim=-1)
+                token = argmax(scores)
             tokens[:, j] = torch.where(rows, token, -1)
             num_drafted += rows
             # Later drafts (and the target) read this draft from the shared buffer.
