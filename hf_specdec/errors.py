@@ -64,3 +64,12 @@ class UnsupportedTreeError(UnsupportedGenerationError):
 
 class HeldOutLeakError(SpeculativeError, ValueError):
     """A held-out evaluation's requests overlap the training data (shared token runs or Magpie seeds)."""
+
+
+class EngineBackendError(SpeculativeError, ImportError):
+    """The package a data-generation engine needs (llama-cpp-python for `--engine llama-cpp`) is not installed."""
+
+
+class EngineWeightsError(SpeculativeError, ValueError):
+    """A data-generation engine has no weights for this target (no GGUF given or made), or weights whose
+    tokenizer differs from the target's."""

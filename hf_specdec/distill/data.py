@@ -106,7 +106,7 @@ def encode_prompt(tokenizer, prompt: str) -> list[int]:
 
 
 def eos_ids(model, tokenizer) -> set[int]:
-    """End-of-sequence ids from the generation config, else the tokenizer."""
+    """End-of-sequence ids from the generation config of `model` (or of a data engine), else the tokenizer."""
     eos = model.generation_config.eos_token_id
     if eos is None:
         eos = tokenizer.eos_token_id

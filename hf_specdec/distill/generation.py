@@ -13,7 +13,7 @@ hand-written list (Xu et al. 2024, "Magpie").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, ClassVar, Iterable, Iterator, Protocol, Sequence
 
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
@@ -50,7 +50,8 @@ def magpie_prefix(tokenizer) -> list[int]:
 @dataclass(frozen=True)
 class RowOptions:
     """How one prompt is decoded when a stream mixes kinds of work: its sampling, its own length cap (at
-    most the stream's `max_new_tokens`) and the generator its draws come from."""
+    most the stream's `max_new_tokens`) and the generator its draws come from (an engine that draws with
+    its own RNG seeds it from `generator.initial_seed()`)."""
 
     sampling: Sampling
     max_new_tokens: int
@@ -185,3 +186,30 @@ def stream_generate(
         free = [row for row, item in enumerate(owner) if item is None]
         if free:
             pending += fill(free)
+
+
+class Engine(Protocol):
+    """What decodes the data tool's job stream (`magpie_data`): `stream` keeps `stream_generate`'s contract
+    with per-prompt `options`. `name` is recorded with the data (items depend on the engine's arithmetic and
+    RNG); `generation_config` is the target's, whose end-of-sequence ids the tool stops on."""
+
+    name: str
+    generation_config: object
+
+    def stream(self, prompts: Iterable[Sequence[int]], *, eos_ids: Iterable[int], max_new_tokens: int,
+               batch_size: int, options: Callable[[int], RowOptions]) -> Iterator[tuple[int, list[int], list[int]]]:
+        ...
+
+
+class TorchEngine:
+    """The default engine: the transformers target itself, through `stream_generate`."""
+
+    name: ClassVar[str] = "torch"
+
+    def __init__(self, target):
+        self.target = target
+        self.generation_config = target.generation_config
+
+    def stream(self, prompts, *, eos_ids, max_new_tokens, batch_size, options):
+        return stream_generate(self.target, prompts, eos_ids=eos_ids, max_new_tokens=max_new_tokens,
+                               batch_size=batch_size, options=options)

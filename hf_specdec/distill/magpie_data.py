@@ -10,12 +10,14 @@ answer, or a follow-up's second request, joins the running batch at once, so the
 the chunk's tail), and each chunk is appended to the JSONL in item order, one line per item (an item
 whose request did not end, or was too short, or whose prompt shares a run of 8 tokens with a
 hand-written held-out request, gets a line with "skipped"). A restart cuts an unfinished chunk and
-makes it again from the same state, so the file equals an uninterrupted run's. The settings live in
+makes it again from the same state, so the file equals an uninterrupted run's. The settings and the
+engine that decodes (`generation.Engine`: the torch target by default, or llama.cpp) live in
 `<path>.meta.json`; resuming with other ones is refused. Every line records its "seed" and "item", so
 held-out requests can use seeds no training file records (`heldout.check_seeds`).
 
 Line keys: "ids" (prompt + response), "prompt_len", "greedy", "prompt" (the last user message), "kind",
-"item", "seed"; or "item", "seed", "kind", "skipped"; with `requests_only`, "prompt" without "ids".
+"item", "seed", "engine"; or "item", "seed", "kind", "engine", "skipped"; with `requests_only`, "prompt"
+without "ids".
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import build_prompts, encode_prompt, eos_ids
-from .generation import PLACEHOLDER, RowOptions, Sampling, magpie_prefix, stream_generate
+from .generation import PLACEHOLDER, Engine, RowOptions, Sampling, TorchEngine, magpie_prefix
 
 # (kind, opening the target continues its request from, weight). "" lets it write freely (plain Magpie).
 KINDS: tuple[tuple[str, str, float], ...] = (
@@ -135,7 +137,7 @@ class _Jobs:
         return self.jobs[self.started - 1][2]
 
 
-def _make_chunk(target, tokenizer, settings: DataSettings, items: list[_Item], eos: set[int], batch_size: int,
+def _make_chunk(engine: Engine, tokenizer, settings: DataSettings, items: list[_Item], eos: set[int], batch_size: int,
                 leak_filter) -> list[dict]:
     jobs = _Jobs()
 
@@ -161,8 +163,8 @@ def _make_chunk(target, tokenizer, settings: DataSettings, items: list[_Item], e
             add("request", item)
     # 2. One stream for everything: each finished job adds the next one of its item.
     cap = max(settings.max_new_tokens, settings.max_request_tokens)
-    for index, ids, output in stream_generate(target, jobs, eos_ids=eos, max_new_tokens=cap, batch_size=batch_size,
-                                              options=lambda index: jobs.jobs[index][3]):
+    for index, ids, output in engine.stream(jobs, eos_ids=eos, max_new_tokens=cap, batch_size=batch_size,
+                                            options=lambda index: jobs.jobs[index][3]):
         purpose, item, _, _ = jobs.jobs[index]
         if purpose.endswith("request"):
             if not output or output[-1] not in eos:
@@ -191,7 +193,7 @@ def _make_chunk(target, tokenizer, settings: DataSettings, items: list[_Item], e
                 _prompt_ids(tokenizer, [{"role": "user", "content": item.request}]))
             if leak_filter.find(prompt) is not None:
                 item.skipped = "shares a token run with a held-out request"
-        head = {"item": item.item, "seed": settings.seed, "kind": item.kind}
+        head = {"item": item.item, "seed": settings.seed, "kind": item.kind, "engine": engine.name}
         if item.skipped is not None:
             lines.append({**head, "skipped": item.skipped})
         elif settings.requests_only:
@@ -223,19 +225,22 @@ def generate_data(
     batch_size: int = 64,
     max_minutes: float | None = None,
     progress: bool = True,
+    engine: Engine | None = None,
 ) -> Path:
     """Appends items up to `items` (rounded up to whole chunks) to the JSONL `path`; see the module doc.
     With `max_minutes`, no chunk is started after that much time (a sitting of known length; rerun to go on).
+    `engine` decodes (default: `TorchEngine(target)`); with one given, `target` is not used (pass None).
 
     Raises:
-        ValueError: `path` was made with other settings (`<path>.meta.json`).
+        ValueError: `path` was made with other settings or another engine (`<path>.meta.json`).
     """
+    engine = engine if engine is not None else TorchEngine(target)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = path.with_name(path.name + ".meta.json")
-    wanted = asdict(settings)
+    wanted = {**asdict(settings), "engine": engine.name}
     if meta.exists():
-        recorded = json.loads(meta.read_text())
+        recorded = {"engine": TorchEngine.name, **json.loads(meta.read_text())}  # files from before engines: torch
         if recorded != wanted:
             differ = sorted(k for k in wanted if recorded.get(k) != wanted[k])
             raise ValueError(f"{path} was made with other settings ({', '.join(differ)}: {[recorded.get(k) for k in differ]}); "
@@ -243,7 +248,7 @@ def generate_data(
     else:
         meta.write_text(json.dumps(wanted, indent=2) + "\n")
     done = _resume_point(path, settings.chunk)
-    eos = eos_ids(target, tokenizer)
+    eos = eos_ids(engine, tokenizer)
     templates = build_prompts("train", 0)
     leak_filter = None
     if settings.exclude_heldout and not settings.requests_only:
@@ -257,7 +262,7 @@ def generate_data(
             if max_minutes is not None and (time.monotonic() - started) / 60 >= max_minutes:
                 break
             chunk = [plan_item(settings, i, templates) for i in range(start, start + settings.chunk)]
-            lines = _make_chunk(target, tokenizer, settings, chunk, eos, batch_size, leak_filter)
+            lines = _make_chunk(engine, tokenizer, settings, chunk, eos, batch_size, leak_filter)
             out.write("".join(json.dumps(line) + "\n" for line in lines))
             out.flush()
             bar.update(len(lines))
