@@ -11,6 +11,8 @@ from hf_specdec.drafters import Drafter, FeatureDrafter, ModelDrafter, PromptLoo
 from hf_specdec.errors import (
     CheckpointNotFoundError,
     DrafterLoadError,
+    EngineBackendError,
+    EngineWeightsError,
     HeldOutLeakError,
     IncompatibleDrafterError,
     InvalidGammaError,
@@ -49,6 +51,8 @@ __all__ = [
     "DraftPolicy",
     "Drafter",
     "DrafterLoadError",
+    "EngineBackendError",
+    "EngineWeightsError",
     "FeatureDrafter",
     "HeldOutLeakError",
     "HeuristicDraftPolicy",
