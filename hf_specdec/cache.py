@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
-from hf_specdec.compat import feeds_positions, forward_parameters
+from hf_specdec.compat import cache_argument, feeds_positions, forward_parameters
 from hf_specdec.errors import UnsupportedModelError
 from hf_specdec import tree as trees
 
@@ -163,9 +163,12 @@ class CachedModel:
         self.model = model
         self.device = device  # where the loop's tensors live; the model may sit elsewhere
         self.model_device = model.device
+        self._cache_kwarg = cache_argument(model)
+        if self._cache_kwarg is None:
+            raise UnsupportedModelError(f"{type(model).__name__}'s forward takes no cache, so its drafts cannot be rolled back.")
+        self.layout = attention_layout(model)  # first: recurrent layers' caches (5.24+) have no sequence length
         if cache is not None and cache.get_seq_length() > 0:
-            raise UnsupportedModelError("hf_specdec starts from an empty cache; pass no past_key_values.")
-        self.layout = attention_layout(model)
+            raise UnsupportedModelError("hf_specdec starts from an empty cache; pass none to generate().")
         if self.layout.windowed and model.config._attn_implementation not in ("eager", "sdpa"):
             raise UnsupportedModelError(
                 f"{type(model).__name__} has sliding-window or chunked layers, which hf_specdec masks with 4D masks; "
@@ -252,7 +255,7 @@ class CachedModel:
         inputs = {
             "input_ids": chunk.to(self.model_device),
             "attention_mask": attention_mask,
-            "past_key_values": self.cache,
+            self._cache_kwarg: self.cache,
             "use_cache": True,
         }
         if self._positions:
@@ -529,7 +532,7 @@ class CachedModel:
             "input_ids": chunk.to(self.model_device),
             "attention_mask": self._position_masks(chunk_valid, positions, visible),
             "position_ids": positions.to(self.model_device),
-            "past_key_values": self.cache,
+            self._cache_kwarg: self.cache,
             "use_cache": True,
         }
         for name in set(column_inputs or {}) | set(node_inputs or {}):

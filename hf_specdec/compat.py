@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from hf_specdec.errors import (
     InvalidGammaError,
@@ -22,6 +23,10 @@ from hf_specdec.errors import (
     VocabMismatchError,
 )
 from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy
+
+#: What transformers calls the cache a forward takes and generate() keeps in its model kwargs: `past_key_values`
+#: up to 5.23, `cache` from 5.24 (which still takes the old name, deprecated, on its own models until 5.40).
+CACHE_KWARG = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 #: generate() kwargs that pick another decoding strategy and cannot be combined with drafter=.
 CONFLICTING_KWARGS = ("assistant_model", "assistant_tokenizer", "prompt_lookup_num_tokens", "assistant_early_exit")
@@ -280,15 +285,22 @@ def _built_as_encoder(model: PreTrainedModel) -> bool:
         return False
 
 
+def cache_argument(module: torch.nn.Module) -> str | None:
+    """The keyword `module`'s forward takes its cache by: this transformers' name (CACHE_KWARG), else
+    `past_key_values` (remote code and our own heads written for 5.23 and earlier), else None."""
+    parameters = forward_parameters(module)
+    return next((name for name in (CACHE_KWARG, "past_key_values") if name in parameters), None)
+
+
 def check_model_interface(model: PreTrainedModel, role: str = "target") -> None:
     """Refuses models whose forward the loop cannot drive exactly, asking their forward signatures and
-    config: it must keep its state in `past_key_values` (the loop feeds only uncached tokens and rolls
-    the cache back), honour `attention_mask` (padding and rejected drafts are masked columns) and attend
-    causally (a verification forward feeds several tokens at once)."""
+    config: it must keep its state in a transformers cache (`cache_argument`: the loop feeds only uncached
+    tokens and rolls the cache back), honour `attention_mask` (padding and rejected drafts are masked
+    columns) and attend causally (a verification forward feeds several tokens at once)."""
     name = type(model).__name__
-    if "past_key_values" not in forward_parameters(model):
+    if cache_argument(model) is None:
         raise UnsupportedModelError(
-            f"{name} keeps its decoding state outside `past_key_values` (its forward takes none), so speculative "
+            f"{name} keeps its decoding state outside `{CACHE_KWARG}` (its forward takes none), so speculative "
             f"decoding cannot roll it back; decode it without drafter= (or use another {role})."
         )
     inner = model.base_model

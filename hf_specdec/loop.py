@@ -90,7 +90,7 @@ def speculative_decode(
         return tree_decode(
             model, input_ids, logits_processor, stopping_criteria, generation_config, streamer, drafter=drafter,
             schedule=schedule, vocab_size=vocab_size, pad_lens=pad_lens, generator=generator, stats=stats,
-            cache=model_kwargs.get("past_key_values"),
+            cache=model_kwargs.get(compat.CACHE_KWARG),
         )
     max_length = generation_config.max_length
     do_sample = generation_config.do_sample
@@ -103,7 +103,7 @@ def speculative_decode(
     )
 
     masks = calibration.prefers_position_masks(model, batch, device)  # measured once per setting
-    target = CachedModel(model, batch, device, cache=model_kwargs.get("past_key_values"), position_masks=masks)
+    target = CachedModel(model, batch, device, cache=model_kwargs.get(compat.CACHE_KWARG), position_masks=masks)
     session = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
     feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
     step_stats = SpeculativeStats.empty(batch, max_gamma)
@@ -206,7 +206,7 @@ def _schedule(model, drafter: Drafter, policy: DraftPolicy, batch: int, device: 
     if isinstance(policy, CostAwareDraftPolicy) and policy.trees:
         from hf_specdec.tree_loop import can_draft_trees
 
-        trees["trees_possible"] = can_draft_trees(model, drafter, batch, device, model_kwargs.get("past_key_values"))
+        trees["trees_possible"] = can_draft_trees(model, drafter, batch, device, model_kwargs.get(compat.CACHE_KWARG))
     return policy.start(
         model, drafter, batch, device, max_new, generation_config.do_sample, vocab_size,
         generation_config=generation_config, **trees,

@@ -133,6 +133,10 @@ OVERRIDES: dict[str, Any] = {
     # (attention at layer 4 of every 8, or nowhere) leave no attention layer at all.
     "bamba": {"attn_layer_indices": [1]},
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},  # default: all Mamba
+    # (transformers 5.24+) A recurrent-depth model whose config serialises each layer as two blocks (attention,
+    # mlp) and halves them again on load: sized directly, one input, one looped and one output layer.
+    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1,
+             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # default cycle r, r, a
     # LFM2's default full_attn_idxs is every layer (no conv layer); the checkpoints mix both.

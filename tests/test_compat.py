@@ -246,3 +246,27 @@ def test_a_forward_wrapper_that_hides_position_ids_is_exact_or_refused(family, b
         assert torch.equal(spec, plain)
     finally:
         hook.remove()
+
+
+def test_the_cache_keyword_follows_the_installed_transformers():
+    """transformers 5.24 renamed the forward's `past_key_values` to `cache`: compat asks the installed release,
+    and a module written to the old name (remote code, our own heads) is still driven by it."""
+    from hf_specdec import compat
+
+    assert compat.CACHE_KWARG in compat.forward_parameters(tiny_models.llama())
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None):
+            return input_ids
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids, cache=None):
+            return input_ids
+
+    class Stateless(torch.nn.Module):
+        def forward(self, input_ids, state=None):
+            return input_ids
+
+    assert compat.cache_argument(Old()) == "past_key_values"
+    assert compat.cache_argument(New()) == ("cache" if compat.CACHE_KWARG == "cache" else None)
+    assert compat.cache_argument(Stateless()) is None

@@ -15,6 +15,8 @@ from typing import Sequence
 
 import torch
 
+from hf_specdec import compat
+
 from .data import Record
 from .model import head_logits, vocab_subset_of
 
@@ -138,12 +140,14 @@ def step_cost_ms(
             ids = torch.tensor([list(context)])
         ids = ids.to(weight.device)  # [1, context]
         cache = DynamicCache(config=model.config)
-        model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
+        base = model.base_model
+        cache_kwarg = compat.cache_argument(base)
+        base(input_ids=ids, use_cache=True, **{cache_kwarg: cache})
         chunk = ids[:, -num_tokens:]  # [1, num_tokens]
         timings = []
         for _ in range(warmup + steps):
             start = time.perf_counter()
-            hidden = model.base_model(input_ids=chunk, past_key_values=cache, use_cache=True).last_hidden_state
+            hidden = base(input_ids=chunk, use_cache=True, **{cache_kwarg: cache}).last_hidden_state
             hidden @ head.T  # [1, num_tokens, head]
             timings.append(time.perf_counter() - start)
             cache.crop(-num_tokens)
