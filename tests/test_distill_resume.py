@@ -32,12 +32,13 @@ def train(setup, checkpoint, stop_at=None, resume=False, **overrides):
     target, records, store = setup
     head = build_feature_head(target, "eagle3", draft_vocab=list(range(2, tiny_models.VOCAB)))
 
-    def on_log(step, losses, tokens_seen):
+    def on_log(step, losses, tokens_seen, minutes):
         curve["points"].append([step, tokens_seen])
+        curve["minutes"].append(minutes)
         if step == stop_at:
             raise KeyboardInterrupt  # the machine restarts here
 
-    curve = {"points": []}
+    curve = {"points": [], "minutes": []}
     args = dict(steps=STEPS, batch_size=2, lr=3e-3, warmup=2, progress=False, log_every=1, on_log=on_log,
                 checkpoint=str(checkpoint), checkpoint_every=1, resume=resume, extra_state=curve)
     args.update(overrides)
@@ -61,7 +62,9 @@ def test_resumed_training_equals_uninterrupted_training_bit_for_bit(setup, tmp_p
     for index, state in whole_opt.items():
         for key, value in state.items():
             assert torch.equal(resumed_opt[index][key], value), (index, key)
-    assert resumed_curve == whole_curve  # the learning curve carries across the restart
+    assert resumed_curve["points"] == whole_curve["points"]  # the learning curve carries across the restart
+    # and so does the training clock: the resumed run's times continue the interrupted one's
+    assert resumed_curve["minutes"] == sorted(resumed_curve["minutes"]) and len(resumed_curve["minutes"]) == STEPS
     assert [tokens for _, tokens in whole_curve["points"]] == sorted({t for _, t in whole_curve["points"]})
 
     # Resuming the finished run again trains nothing and changes nothing.

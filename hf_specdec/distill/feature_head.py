@@ -333,7 +333,8 @@ def train_feature_head(
     returns every step's loss. Records longer than `max_tokens` are cut (from the end).
 
     Records are read in epoch orders (`batch_indices`), so step s always reads the same records.
-    `on_log(step, losses, tokens_seen)` runs every `log_every` steps (eval mode, no gradients needed).
+    `on_log(step, losses, tokens_seen, minutes)` runs every `log_every` steps (eval mode, no gradients needed);
+    `minutes` is the training time so far, carried across resumes.
     With `checkpoint` (a file path), the head, optimizer, schedule position, RNG state, losses, response
     tokens trained on and `extra_state` (JSON-able, e.g. a learning curve) are saved every
     `checkpoint_every` steps and at the end; `resume=True` continues from it (restoring `extra_state` in
@@ -413,7 +414,7 @@ def train_feature_head(
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", tokens=tokens_seen)
         if log_every and on_log is not None and (step + 1) % log_every == 0:
             head.eval()
-            on_log(step + 1, losses, tokens_seen)
+            on_log(step + 1, losses, tokens_seen, elapsed())
             head.train()
         if checkpoint_every and (step + 1) % checkpoint_every == 0:
             save(step + 1)

@@ -191,10 +191,10 @@ def distill_feature_head(
     # 4. Train, measuring and saving as it goes (a run stopped early leaves its last head, history and checkpoint).
     extra = {"history": []}
 
-    def measure(step: int, losses: list[float], tokens_seen: int) -> None:
+    def measure(step: int, losses: list[float], tokens_seen: int, minutes: float) -> None:
         agreement = evaluate_feature_head(head, target, eval_records, eval_store, depth=gamma, max_new_tokens=max_new_tokens)
         extra["history"].append({"step": step, "tokens_seen": tokens_seen, "loss": sum(losses[-50:]) / len(losses[-50:]),
-                                 **agreement.as_dict(), "minutes": (time.monotonic() - started) / 60})
+                                 **agreement.as_dict(), "minutes": minutes})
         save_feature_head(head, out_dir)
         (out_dir / METRICS_FILE).write_text(json.dumps({"partial": True, "history": extra["history"]}, indent=2) + "\n")
         write_learning_curve(out_dir, extra["history"])
