@@ -166,8 +166,10 @@ class CostAwareDraftPolicy(DraftPolicy):
     of drafting steps ends although drafting pays on the evidence (the run's own acceptance, or the call's
     so far, is at least the break-even acceptance of one draft: an unlucky stretch pulled the decayed
     estimate down), the first probe comes after `probe_after` plain steps. Otherwise the first run waits as
-    many plain steps as keep a probe's extra cost (a drafter step and a 2-token instead of a 1-token
-    forward) within `probe_budget` of the plain steps' time (at least `probe_after`), and each probe that
+    many plain steps as keep a probe's expected net cost (a drafter step and a 2-token instead of a 1-token
+    forward, less what its draft saves at the call's acceptance so far) within `probe_budget` of the plain
+    steps' time (at least `probe_after`): a drafter just short of the break-even is probed again soon, one
+    that accepted nothing waits the whole extra cost's worth. Each probe that
     does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when fewer steps are
     left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one: what a probe
     can win comes from the steps after it. In a batch a probe drafts for every row,
@@ -282,10 +284,9 @@ class CostAwareSchedule(DraftSchedule):
         self.rejected = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed rejections
         self.total_accepted = torch.zeros(batch_size, dtype=torch.long)  # [batch] drafts accepted in this call
         self.total_rejected = torch.zeros(batch_size, dtype=torch.long)  # [batch] rejections in this call
-        # The first wait: probe_after plain steps, or as many as keep a probe's extra cost within the budget.
+        # The first wait before any evidence: as many plain steps as keep a probe's extra cost within the budget.
         plain_ms, probe_ms = costs.step_ms(0), costs.step_ms(1)
-        budgeted = math.ceil((probe_ms - plain_ms) / (policy.probe_budget * plain_ms))
-        self.first_interval = min(max(policy.probe_after, budgeted), policy.max_probe_interval)
+        self.first_interval = self._budgeted_interval(0.0)
         self.probe_interval = self.first_interval
         # Drafting pays on average when each row's per-token acceptance reaches this (one draft vs a plain
         # step); never below 0, so that accepting nothing never counts as paying.
@@ -369,8 +370,18 @@ class CostAwareSchedule(DraftSchedule):
                 self.probe_interval = policy.probe_after
             elif self.run_probed:  # a probe that accepted nothing, or did not pay: wait twice as long
                 self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
-            else:  # the call's first run did not pay: wait as long as the probe budget says
-                self.probe_interval = self.first_interval
+            else:  # the call's first run did not pay: wait as long as the probe budget says, at its acceptance
+                self.probe_interval = self._budgeted_interval(call_rate)
+
+    def _budgeted_interval(self, rate: float) -> int:
+        """Plain steps to wait before a probe so that its expected net cost stays within `probe_budget` of the
+        plain steps' time: its extra time (a drafter step, a wider forward) less the time its draft saves when
+        accepted at per-token `rate` (each row's accepted draft is a plain step not taken). A drafter right
+        nearly as often as the break-even costs little to probe; one never right costs the whole extra time."""
+        plain_ms, probe_ms = self.costs.step_ms(0), self.costs.step_ms(1)
+        net_ms = max(0.0, probe_ms - plain_ms * (1 + rate))
+        budgeted = math.ceil(net_ms / (self.policy.probe_budget * plain_ms))
+        return min(max(self.policy.probe_after, budgeted), self.policy.max_probe_interval)
 
     def _steps_left(self) -> float:
         """At most how many more steps an active row can take (each commits at least one token)."""

@@ -131,6 +131,20 @@ def test_probes_wait_until_their_cost_fits_the_budget():
     assert _schedule(CostAwareDraftPolicy(costs=cheap)).first_interval == 4
 
 
+def test_a_first_run_just_short_of_the_break_even_is_probed_again_soon():
+    # STEEP: a probe costs 33 ms more than a 60 ms plain step (break-even 0.58). A first run whose steps alternately
+    # accept a draft and reject one (per-token rate 0.5: 3 accepted, 3 rejections before it stops) saves 30 of them, so a probe's expected net cost is 3 ms: 5 plain steps at
+    # the 1 % budget, not the 55 a run that accepted nothing waits (control, the same schedule without accepts).
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7)
+    waits = {}
+    for name, pattern in (("half", [1, 0] * 30), ("none", [0] * 60)):
+        schedule = _schedule(policy)
+        lengths = [_step(schedule, accepted=a) for a in pattern]
+        stop = lengths.index(0)
+        waits[name] = lengths.index(1, stop) - stop if 1 in lengths[stop:] else None
+    assert waits == {"half": 5, "none": 55}
+
+
 def test_a_batch_shares_the_prior_and_gives_up_a_useless_drafter_as_fast_as_one_row():
     # Break-even one draft: (2 + 76) * 1.02 / 60 - 1 = 0.326. Alone, the prior (0.5 worth 4 drafts) needs three
     # rejections to fall below it: 2/5 = 0.4, 2/5.95 = 0.34, 2/6.85 = 0.29. In a batch of 4 each row's share
