@@ -137,6 +137,41 @@ def test_widening_a_heads_vocabulary_keeps_what_it_learned():
         widen_vocab(build_feature_head(target, "eagle1"), target, records, 40)
 
 
+def test_narrowing_a_heads_vocabulary_keeps_the_scores_of_the_tokens_it_keeps(tmp_path):
+    """narrow_vocab (and distill-narrow --like): the kept tokens keep their trained rows and every other weight, so
+    their scores equal the wide head's; a token outside the head's vocabulary is refused."""
+    from hf_specdec.distill.feature_head import build_feature_head, narrow_vocab
+
+    target = tiny_target()
+    wide = build_feature_head(target, "eagle3", draft_vocab=list(range(2, 42)))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param in wide.parameters():
+            param.add_(torch.randn_like(param) * 0.1)  # as if trained
+    keep = [2, 7, 11, 30, 41]
+    narrow = narrow_vocab(wide, keep)
+    assert narrow.draft_ids().tolist() == keep and narrow.lm_head.weight.shape[0] == len(keep)
+    state = torch.randn(3, wide.config.hidden_size, generator=torch.Generator().manual_seed(3))
+    columns = [wide.draft_ids().tolist().index(t) for t in keep]
+    assert torch.equal(narrow.lm_head.weight, wide.lm_head.weight[columns])  # the same rows: the same scores
+    torch.testing.assert_close(narrow.lm_head(state), wide.lm_head(state)[:, columns], rtol=1e-6, atol=1e-6)
+    assert all(torch.equal(narrow.state_dict()[k], v) for k, v in wide.state_dict().items() if k not in ("lm_head.weight", "d2t"))
+    with pytest.raises(ValueError, match="not in its"):
+        narrow_vocab(wide, [2, 50])  # 50 is no draft token of the head
+    with pytest.raises(ValueError, match="eagle1"):
+        narrow_vocab(build_feature_head(target, "eagle1"), keep)
+
+    hf_specdec.eagle.save_feature_head(wide, tmp_path / "wide")
+    hf_specdec.eagle.save_feature_head(narrow, tmp_path / "like")
+    assert main(["distill-narrow", "--head", str(tmp_path / "wide"), "--like", str(tmp_path / "like"),
+                 "--out", str(tmp_path / "out")]) == 0
+    assert hf_specdec.eagle.load_feature_head(tmp_path / "out").draft_ids().tolist() == keep
+    with pytest.raises(SystemExit, match="not in its"):  # the narrow head lacks most of the wide one's tokens
+        main(["distill-narrow", "--head", str(tmp_path / "like"), "--like", str(tmp_path / "wide"),
+              "--out", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
+
+
 def test_a_trained_head_can_continue_over_a_wider_vocabulary(tmp_path):
     target_dir = tmp_path / "target"
     tiny_target().save_pretrained(target_dir)

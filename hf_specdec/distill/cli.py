@@ -102,6 +102,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.set_defaults(handler=run)
     add_data_parser(subparsers)
     add_eval_parser(subparsers)
+    add_narrow_parser(subparsers)
     return parser
 
 
@@ -187,6 +188,43 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run_eval)
     return parser
+
+
+def add_narrow_parser(subparsers) -> argparse.ArgumentParser:
+    """``hf-specdec distill-narrow``: a feature head over part of its draft vocabulary."""
+    parser = subparsers.add_parser(
+        "distill-narrow",
+        help="keep part of a feature head's draft vocabulary (a cheaper LM head, the same trunk)",
+        description="Write a copy of an EAGLE-3 head whose draft vocabulary is another head's (--like), all of "
+        "whose tokens it must have (e.g. the head it was widened from with distill --init-from --vocab-size). Kept "
+        "tokens keep their trained rows, so they score as before; the LM head shrinks with the vocabulary.",
+    )
+    parser.add_argument("--head", required=True, help="the feature head directory to narrow")
+    parser.add_argument("--like", required=True, help="another head directory whose draft vocabulary to keep")
+    parser.add_argument("--out", required=True, help="directory to write the narrowed head to")
+    parser.set_defaults(handler=run_narrow)
+    return parser
+
+
+def run_narrow(args: argparse.Namespace) -> int:
+    """Handler of ``hf-specdec distill-narrow``: prints the vocabulary sizes and where the head went."""
+    from pathlib import Path
+
+    from hf_specdec.eagle import load_feature_head, save_feature_head
+
+    from .feature_head import narrow_vocab
+
+    head, like = load_feature_head(args.head), load_feature_head(args.like)
+    if head.draft_ids() is None or like.draft_ids() is None:
+        raise SystemExit("an eagle1 head scores the target's whole vocabulary: --head and --like must be eagle3 heads")
+    try:
+        narrow = narrow_vocab(head, like.draft_ids().tolist())
+    except ValueError as error:
+        raise SystemExit(str(error))
+    save_feature_head(narrow, Path(args.out))
+    print(json.dumps({"head": str(args.head), "out": str(args.out), "draft_vocab_size": len(narrow.draft_ids()),
+                      "from": len(head.draft_ids())}, indent=2))
+    return 0
 
 
 def _load_target(target: str, dtype):
