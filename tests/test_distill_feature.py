@@ -90,12 +90,26 @@ def test_distill_feature_saves_an_exact_eagle3_head_and_resumes(tmp_path, capsys
     capsys.readouterr()
 
 
-def test_a_trained_head_can_be_trained_further(tmp_path):
+def _target_dir(tmp_path):
+    """The tiny target and its chat tokenizer saved where the CLI can load them."""
     target_dir = tmp_path / "target"
     tiny_target().save_pretrained(target_dir)
     tokenizer = tiny_tokenizer()
     tokenizer.chat_template = CHAT
     tokenizer.save_pretrained(target_dir)
+    return target_dir
+
+
+def _as_if_trained(head):
+    """Moves every weight of `head` a seeded step away from its initialisation (from the target's rows)."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param in head.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+
+
+def test_a_trained_head_can_be_trained_further(tmp_path):
+    target_dir = _target_dir(tmp_path)
     assert _distill(target_dir, tmp_path / "first") == 0
     assert _distill(target_dir, tmp_path / "second", "--init-from", str(tmp_path / "first")) == 0
     first = hf_specdec.eagle.load_feature_head(tmp_path / "first")
@@ -112,10 +126,7 @@ def test_widening_a_heads_vocabulary_keeps_what_it_learned():
 
     target = tiny_target()
     head = build_feature_head(target, "eagle3", draft_vocab=list(range(2, 22)))
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for param in head.parameters():
-            param.add_(torch.randn_like(param) * 0.1)  # as if trained: rows differ from the target's
+    _as_if_trained(head)  # rows differ from the target's
     generator = torch.Generator().manual_seed(2)
     records = [Record(ids=[1, 5] + torch.randint(4, 60, (30,), generator=generator).tolist(), prompt_len=2, greedy=True)
                for _ in range(8)]
@@ -144,10 +155,7 @@ def test_narrowing_a_heads_vocabulary_keeps_the_scores_of_the_tokens_it_keeps(tm
 
     target = tiny_target()
     wide = build_feature_head(target, "eagle3", draft_vocab=list(range(2, 42)))
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for param in wide.parameters():
-            param.add_(torch.randn_like(param) * 0.1)  # as if trained
+    _as_if_trained(wide)
     keep = [2, 7, 11, 30, 41]
     narrow = narrow_vocab(wide, keep)
     assert narrow.draft_ids().tolist() == keep and narrow.lm_head.weight.shape[0] == len(keep)
@@ -173,11 +181,7 @@ def test_narrowing_a_heads_vocabulary_keeps_the_scores_of_the_tokens_it_keeps(tm
 
 
 def test_a_trained_head_can_continue_over_a_wider_vocabulary(tmp_path):
-    target_dir = tmp_path / "target"
-    tiny_target().save_pretrained(target_dir)
-    tokenizer = tiny_tokenizer()
-    tokenizer.chat_template = CHAT
-    tokenizer.save_pretrained(target_dir)
+    target_dir = _target_dir(tmp_path)
     assert _distill(target_dir, tmp_path / "first", "--vocab-size", "24") == 0
     assert _distill(target_dir, tmp_path / "wide", "--init-from", str(tmp_path / "first"), "--vocab-size", "40") == 0
     first = hf_specdec.eagle.load_feature_head(tmp_path / "first")

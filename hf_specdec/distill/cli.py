@@ -215,8 +215,8 @@ def run_narrow(args: argparse.Namespace) -> int:
     from .feature_head import narrow_vocab
 
     head, like = load_feature_head(args.head), load_feature_head(args.like)
-    if head.draft_ids() is None or like.draft_ids() is None:
-        raise SystemExit("an eagle1 head scores the target's whole vocabulary: --head and --like must be eagle3 heads")
+    if like.draft_ids() is None:  # (narrow_vocab refuses an eagle1 --head itself)
+        raise SystemExit(f"{args.like} is an eagle1 head: it has no draft vocabulary to keep")
     try:
         narrow = narrow_vocab(head, like.draft_ids().tolist())
     except ValueError as error:

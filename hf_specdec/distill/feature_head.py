@@ -129,8 +129,6 @@ def widen_vocab(head: FeatureHead, target, records: Sequence[Record], size: int,
     Raises:
         ValueError: an eagle1 head (it scores the target's whole vocabulary), or `size` below the head's vocabulary.
     """
-    import copy
-
     from .model import select_vocab_subset
 
     check_widening(head, size)
@@ -138,20 +136,11 @@ def widen_vocab(head: FeatureHead, target, records: Sequence[Record], size: int,
     if size == len(own):
         return head
     ids = torch.as_tensor(select_vocab_subset(records, size, always=sorted({*own.tolist(), *always})), dtype=torch.long)
-    config = copy.deepcopy(head.config)
-    config.draft_vocab_size = len(ids)
-    wide = FeatureHead(config, fc_bias=head.fc.bias is not None).float()
-    kept = {name: value for name, value in head.state_dict().items() if name not in ("lm_head.weight", "d2t")}
-    missing, unexpected = wide.load_state_dict(kept, strict=False)
-    assert sorted(missing) == ["d2t", "lm_head.weight"] and not unexpected, (missing, unexpected)
     rows = target.get_output_embeddings().weight.detach()[ids].float().clone()
     row_of = {token: row for row, token in enumerate(own.tolist())}
     new_rows = [row for row, token in enumerate(ids.tolist()) if token in row_of]
     rows[new_rows] = head.lm_head.weight.detach().float()[[row_of[token] for token in ids[new_rows].tolist()]]
-    with torch.no_grad():
-        wide.lm_head.weight.copy_(rows)
-        wide.d2t.copy_(ids - torch.arange(len(ids)))
-    return wide.eval()
+    return _with_vocab(head, ids, rows)
 
 
 def narrow_vocab(head: FeatureHead, keep: Sequence[int]) -> FeatureHead:
@@ -163,8 +152,6 @@ def narrow_vocab(head: FeatureHead, keep: Sequence[int]) -> FeatureHead:
     Raises:
         ValueError: an eagle1 head, no token kept, or a kept token outside the head's vocabulary.
     """
-    import copy
-
     own = head.draft_ids()
     if own is None:
         raise ValueError("an eagle1 head scores the target's whole vocabulary: there is no draft vocabulary to narrow.")
@@ -174,16 +161,24 @@ def narrow_vocab(head: FeatureHead, keep: Sequence[int]) -> FeatureHead:
     if not len(ids) or outside:
         raise ValueError(f"narrowing keeps some of the head's own tokens; {len(outside)} of {len(ids)} are not in its "
                          f"{len(own)}-token vocabulary (e.g. {outside[:5]}).")
+    return _with_vocab(head, ids, head.lm_head.weight.detach()[[row_of[token] for token in ids.tolist()]])
+
+
+def _with_vocab(head: FeatureHead, ids: torch.Tensor, rows: torch.Tensor) -> FeatureHead:
+    """A copy of eagle3 `head` (in `rows`' dtype) over the draft vocabulary `ids` ([draft] target ids, sorted), whose
+    LM-head rows are `rows` [draft, hidden]; every other weight is the head's."""
+    import copy
+
     config = copy.deepcopy(head.config)
     config.draft_vocab_size = len(ids)
-    narrow = FeatureHead(config, fc_bias=head.fc.bias is not None).to(head.lm_head.weight.dtype)
+    other = FeatureHead(config, fc_bias=head.fc.bias is not None).to(rows.dtype)
     kept = {name: value for name, value in head.state_dict().items() if name not in ("lm_head.weight", "d2t")}
-    missing, unexpected = narrow.load_state_dict(kept, strict=False)
+    missing, unexpected = other.load_state_dict(kept, strict=False)
     assert sorted(missing) == ["d2t", "lm_head.weight"] and not unexpected, (missing, unexpected)
     with torch.no_grad():
-        narrow.lm_head.weight.copy_(head.lm_head.weight.detach()[[row_of[token] for token in ids.tolist()]])
-        narrow.d2t.copy_(ids - torch.arange(len(ids)))
-    return narrow.eval()
+        other.lm_head.weight.copy_(rows)
+        other.d2t.copy_(ids - torch.arange(len(ids)))
+    return other.eval()
 
 
 def _store_columns(store: FeatureStore, layers: Sequence[int]) -> list[int]:
