@@ -229,8 +229,15 @@ def forward_parameters(module: torch.nn.Module) -> dict[str, inspect.Parameter]:
     `__wrapped__` (functools.wraps, as transformers' own do) are followed by `inspect.signature`. The
     loop still calls the model as usual (`model(...)`), so an instance wrapper sees every call.
     """
-    forward = type(module).forward.__get__(module, type(module))
-    return dict(inspect.signature(forward).parameters)
+    cls = type(module)
+    key = (cls, cls.forward)  # every instance's class forward binds to the same parameters
+    parameters = _FORWARD_PARAMETERS.get(key)
+    if parameters is None:  # inspect.signature costs ~0.1 ms, and every call builds several CachedModels
+        parameters = _FORWARD_PARAMETERS[key] = dict(inspect.signature(cls.forward.__get__(module, cls)).parameters)
+    return dict(parameters)
+
+
+_FORWARD_PARAMETERS: dict[tuple, dict[str, inspect.Parameter]] = {}  # (class, its forward) -> parameters
 
 
 def feeds_positions(model: torch.nn.Module) -> bool:
@@ -240,7 +247,9 @@ def feeds_positions(model: torch.nn.Module) -> bool:
     (padding included) or from its input_ids. Fed anyway when the class takes them and its positions are
     rotary only: generate()'s own then shift each row's by a constant, which rotary attention does not see.
     Otherwise the loop leaves them out too (exact alone; `check_target` refuses batches)."""
-    if "position_ids" in inspect.signature(model.forward).parameters:
+    forward = model.forward  # the instance's: a user's wrapper may hide position_ids
+    own = getattr(forward, "__func__", None) is type(model).forward  # the class's own forward, bound
+    if "position_ids" in (forward_parameters(model) if own else inspect.signature(forward).parameters):
         return True
     return "position_ids" in forward_parameters(model) and not _has_absolute_positions(model)
 

@@ -206,7 +206,8 @@ def _schedule(model, drafter: Drafter, policy: DraftPolicy, batch: int, device: 
     if isinstance(policy, CostAwareDraftPolicy) and policy.trees:
         from hf_specdec.tree_loop import can_draft_trees
 
-        trees["trees_possible"] = can_draft_trees(model, drafter, batch, device, model_kwargs.get(compat.CACHE_KWARG))
+        # Asked only where the costs leave trees a chance: the check builds a CachedModel and a drafter session.
+        trees["trees_possible"] = lambda: can_draft_trees(model, drafter, batch, device, model_kwargs.get(compat.CACHE_KWARG))
     return policy.start(
         model, drafter, batch, device, max_new, generation_config.do_sample, vocab_size,
         generation_config=generation_config, **trees,

@@ -9,7 +9,9 @@ kept, so it cannot change what is generated, only how fast.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -248,24 +250,29 @@ class CostAwareDraftPolicy(DraftPolicy):
 
     def start(
         self, target, drafter, batch_size: int, device: torch.device, max_new_tokens: int | None = None,
-        do_sample: bool = False, vocab_size: int | None = None, generation_config=None, trees_possible: bool = False,
+        do_sample: bool = False, vocab_size: int | None = None, generation_config=None,
+        trees_possible: bool | Callable[[], bool] = False,
     ) -> "CostAwareSchedule":
         """This call's schedule: a `CostAwareTreeSchedule` (run by the tree loop) when `trees` is on, the loop found
-        that this target and drafter can draft trees (`trees_possible`) and the measured costs say trees pay on
-        the prior acceptances (`tree_schedule.trees_pay`); else a chain schedule. Tree costs are timed only where
-        the chain's costs, read optimistically for trees, leave them a chance (`tree_schedule.trees_might_pay`)."""
+        that this target and drafter can draft trees (`trees_possible`, or a function that finds out: asked only
+        where trees might pay) and the measured costs say trees pay on the prior acceptances
+        (`tree_schedule.trees_pay`); else a chain schedule. Tree costs are timed only where the chain's costs, read
+        optimistically for trees, leave them a chance (`tree_schedule.trees_might_pay`)."""
         from hf_specdec.calibration import TreeCosts, step_costs, tree_costs
         from hf_specdec.tree_schedule import CostAwareTreeSchedule, trees_might_pay, trees_pay
 
-        trees = self.trees and trees_possible
+        @functools.cache
+        def possible() -> bool:
+            return bool(trees_possible() if callable(trees_possible) else trees_possible)
+
         costs = self.costs
         if costs is None:
             costs = step_costs(target, drafter, batch_size, device, self.widths(), do_sample, vocab_size, generation_config)
-            if trees and trees_might_pay(self, costs):
+            if self.trees and trees_might_pay(self, costs) and possible():
                 costs = tree_costs(target, drafter, batch_size, device, costs, self.tree_widths(), do_sample, vocab_size,
                                    generation_config) or costs  # None: the tree loop's steps could not be timed
         if isinstance(costs, TreeCosts):
-            if trees and trees_pay(self, costs, costs.chain):
+            if self.trees and trees_pay(self, costs, costs.chain) and possible():
                 return CostAwareTreeSchedule(self, costs, batch_size, device, max_new_tokens)
             costs = costs.chain
         return CostAwareSchedule(self, costs, batch_size, device, max_new_tokens)
