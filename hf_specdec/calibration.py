@@ -378,10 +378,12 @@ def _time_scratch_steps(
     vocab = target.config.get_text_config().vocab_size
     input_ids = torch.randint(0, vocab, (batch_size, LOOP_CONTEXT), generator=generator).to(device)
     # The asking call's generation config (its processors), else the target's own; one plain sampled or greedy
-    # sequence per row, no early stop.
+    # sequence per row, no early stop. Its lengths are the call's, not ours: generate() resolved its min_new_tokens
+    # into min_length (prompt + min_new_tokens), which a scratch call would find unfeasible (a warning) and, with
+    # no eos here, could not use (transformers builds min-length processors only with an eos token).
     config = copy.deepcopy(generation_config if generation_config is not None else target.generation_config)
-    config.update(max_new_tokens=LOOP_STEPS + 1, min_new_tokens=None, max_length=None, do_sample=do_sample,
-                  num_beams=1, num_return_sequences=1, eos_token_id=None, stop_strings=None,
+    config.update(max_new_tokens=LOOP_STEPS + 1, min_new_tokens=None, min_length=0, max_length=None,
+                  do_sample=do_sample, num_beams=1, num_return_sequences=1, eos_token_id=None, stop_strings=None,
                   return_dict_in_generate=False, output_scores=False, output_logits=False)
     rounds: dict = {label: [] for label in policies}
     try:

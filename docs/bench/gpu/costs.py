@@ -12,15 +12,22 @@ vocabulary (random drafts are almost always rejected: the loop timings price ste
   exact    greedy output of the loop == plain generate() (fp32, bf16; batch 1 and left-padded batch 4)
   host     us per kernel launch and per synchronize; the profiler's top CPU ops of one forward
   profile  cProfile of single calls (loop-0, chain-1, tree-4/4/16 at batch 1)
+  default  is the default policy (no gamma=) never slower than plain generate(), and does it draft when drafting
+           pays? ms per generated token of generate(), the default and chains 1/2/4 with three drafters: the random
+           one (alpha 0), the target itself ("self", alpha ~1) and its first --trunc-layers layers ("trunc", shared
+           weights; the target's later layers write --tail-scale of their usual share, which sets alpha), batch 1
+           and 4, greedy; the drafted lengths the default chose and the costs its calibration measured
 
     python docs/bench/gpu/costs.py --out DIR                 # all sections but profile, on CUDA
     python docs/bench/gpu/costs.py --quick --device cpu      # a smoke run with tiny models
+    python docs/bench/gpu/costs.py --models smol135m --sections default --out DIR
 Writes DIR/costs.json and prints markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import linecache
 import os
@@ -243,6 +250,148 @@ def loop_costs(target, drafter, batch: int, device: str, reps: int, long: int, s
     return out
 
 
+# ---------------------------------------------------------------------------------------------------- default
+
+
+def scale_tail(target, first: int, scale: float) -> None:
+    """Scales what the target's layers from `first` on write to the residual stream (o_proj, down_proj) by `scale`:
+    the first layers then decide most of the output, so a truncated copy agrees often. Shapes (and so every cost)
+    stay as they were; greedy output stays varied (32 distinct tokens in 32 at scale 0.05, smol135m, fp32)."""
+    with torch.no_grad():
+        for layer in target.model.layers[first:]:
+            layer.self_attn.o_proj.weight.mul_(scale)
+            layer.mlp.down_proj.weight.mul_(scale)
+
+
+def truncated(target, layers: int) -> LlamaForCausalLM:
+    """A drafter made of the target's embedding, its first `layers` decoder layers, final norm and head: the same
+    modules (shared weights, no copy)."""
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = layers
+    with torch.device("meta"):
+        drafter = LlamaForCausalLM(config)
+    drafter.model.embed_tokens = target.model.embed_tokens
+    drafter.model.layers = torch.nn.ModuleList(target.model.layers[:layers])
+    drafter.model.norm, drafter.model.rotary_emb = target.model.norm, target.model.rotary_emb
+    drafter.lm_head = target.lm_head
+    drafter.generation_config = copy.deepcopy(target.generation_config)
+    return drafter.eval()
+
+
+DEFAULT_VARIANTS = ("default", "chain-1", "chain-2", "chain-4")
+
+
+def default_policy_costs(target, drafter, batch: int, device: torch.device) -> dict:
+    """What the default policy's calibration stored for this pair and batch (greedy): the chain loop's StepCosts
+    (with step_ms(k) priced from it and the break-even acceptance of one draft) and, if it timed them, TreeCosts."""
+    policy = CostAwareDraftPolicy()
+    wrapped = hf_specdec.ModelDrafter(drafter)
+    out = {}
+    costs = calibration.stored_costs(target, wrapped, batch, device, policy.widths(), False)
+    if costs is not None:
+        plain, one = costs.step_ms(0), costs.step_ms(1)
+        out["chain"] = dict(draft_ms=costs.draft_ms, target_ms=dict(costs.target_ms), loop_ms=dict(costs.loop_ms),
+                            draft_overhead_ms=costs.draft_overhead_ms(),
+                            step_ms={k: costs.step_ms(k) for k in range(policy.max_gamma + 1)},
+                            break_even_alpha=max(0.0, one * (1 + policy.min_gain) / plain - 1))
+    identity = calibration._cost_identity(wrapped)
+    key = ("trees", *calibration._key(target, identity, batch, device, policy.tree_widths(), (False,)))
+    with calibration._lock:
+        trees = calibration._lookup(key, target, identity, missing="not timed")
+    if isinstance(trees, calibration.TreeCosts):
+        per_level, per_node = trees.extras()
+        out["trees"] = dict(plain_ms=trees.plain_ms, chain_ms=trees.chain_ms, tree_ms=trees.tree_ms,
+                            per_level_ms=per_level, per_node_ms=per_node)
+    else:
+        out["trees"] = str(trees)  # "not timed" (the chain costs left trees no chance) or None (could not be timed)
+    return out
+
+
+def default_vs_plain(target, drafters: dict, batch: int, device: str, reps: int, long: int, short: int,
+                     skip=()) -> dict:
+    """Per drafter and variant (plus plain generate()): ms per generated token from the difference of a `long` and
+    a `short` call (prefill, setup and the default's calibration cancel), the best of `reps` rounds taken in turns
+    with every other variant (every other round in reverse order); tokens per target forward, alpha and the
+    drafted-length histogram of the long call. `skip`: labels ("random/chain-4") not to run."""
+    ids, mask = prompts(target.config.vocab_size, batch, CONTEXT, device, padded=False, pad=target.config.pad_token_id)
+    runs = [("generate", None, "generate")] + [(f"{name}/{variant}", drafter, variant)
+                                                for name, drafter in drafters.items() for variant in DEFAULT_VARIANTS]
+    runs = [run for run in runs if run[0] not in skip]
+    timings = {label: {long: [], short: []} for label, _, _ in runs}
+    stats_of = {}
+    for label, drafter, variant in runs:  # warm-up (and the default policy's calibration) at the long call's lengths:
+        run_variant(target, drafter, variant, ids, mask, long)  # a first long call measured up to 2x slower (run 6)
+    for round_ in range(reps):
+        for label, drafter, variant in runs if round_ % 2 == 0 else runs[::-1]:
+            for length in (long, short):
+                sync(device)
+                begin = time.perf_counter()
+                _, stats = run_variant(target, drafter, variant, ids, mask, length)
+                sync(device)
+                timings[label][length].append((time.perf_counter() - begin) * 1e3)
+                stats_of[label, length] = stats
+    out = {}
+    for label, drafter, variant in runs:
+        total_long, total_short = min(timings[label][long]), min(timings[label][short])
+        stats = stats_of[label, long]
+        row = {"ms_per_token": (total_long - total_short) / (long - short), "total_ms": total_long,
+               "rounds_ms": timings[label]}
+        if stats is None:
+            row.update(tokens_per_forward=1.0, target_forwards=long)
+        else:
+            row.update(tokens_per_forward=stats.tokens_per_step, target_forwards=stats.target_forwards,
+                       drafter_forwards=stats.drafter_forwards, alpha=stats.acceptance_rate,
+                       draft_lengths=stats.draft_lengths.tolist(), tree_sizes=stats.tree_sizes.tolist(),
+                       short_draft_lengths=stats_of[label, short].draft_lengths.tolist())
+        out[label] = row
+    plain = out["generate"]["ms_per_token"]
+    for name, drafter in drafters.items():
+        chains = {variant: out[f"{name}/{variant}"]["ms_per_token"] for variant in DEFAULT_VARIANTS[1:]
+                  if f"{name}/{variant}" in out}
+        if not chains:  # every chain of this drafter skipped
+            continue
+        best = min(chains, key=chains.get)
+        default = out[f"{name}/default"]["ms_per_token"]
+        out[f"{name}/summary"] = {"default_vs_generate": default / plain, "best_chain": best,
+                                  "default_vs_best_chain": default / chains[best],
+                                  "best_chain_vs_generate": chains[best] / plain,
+                                  "policy_costs": default_policy_costs(target, drafter, batch, ids.device)}
+    return out
+
+
+def table_default(name, results) -> str:
+    lines = [f"\n#### {name}: ms per generated token (delta of a long and a short call), tokens per target forward\n",
+             "batch | drafter | variant | ms/token | x gen | tok/fwd | alpha | drafted hist (long call)",
+             "---|---|---|---|---|---|---|---"]
+    for batch, result in results.items():
+        plain = result["generate"]["ms_per_token"]
+        for label, row in result.items():
+            if "/summary" in label or not isinstance(row, dict) or "ms_per_token" not in row:
+                continue
+            drafter, _, variant = label.rpartition("/")
+            alpha = f"{row['alpha']:.2f}" if "alpha" in row else ""
+            hist = row.get("draft_lengths", "")
+            if row.get("tree_sizes") and sum(row["tree_sizes"]):
+                hist = f"{hist} trees {row['tree_sizes']}"
+            lines.append(f"{batch} | {drafter or '-'} | {variant} | {row['ms_per_token']:.2f} | "
+                         f"{row['ms_per_token'] / plain:.2f} | {row['tokens_per_forward']:.2f} | {alpha} | {hist}")
+    lines += ["", "batch | drafter | default / generate | best chain | default / best chain | best chain / generate",
+              "---|---|---|---|---|---"]
+    for batch, result in results.items():
+        for label, summary in result.items():
+            if label.endswith("/summary"):
+                lines.append(f"{batch} | {label[:-8]} | {summary['default_vs_generate']:.3f} | {summary['best_chain']} | "
+                             f"{summary['default_vs_best_chain']:.3f} | {summary['best_chain_vs_generate']:.3f}")
+    lines.append("")
+    for batch, result in results.items():
+        for label, summary in result.items():
+            if label.endswith("/summary"):
+                lines.append(f"- batch {batch}, {label[:-8]}: default policy's costs {json.dumps(summary['policy_costs'], default=str)}")
+    if any(r.get("warnings") for r in results.values()):
+        lines.append(f"- warnings: {[r.get('warnings') for r in results.values()]}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------------- sync
 
 
@@ -446,6 +595,10 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=64, help="new tokens of the long loop-timing call")
     parser.add_argument("--short", type=int, default=16, help="new tokens of the short loop-timing call")
     parser.add_argument("--exact-tokens", type=int, default=48)
+    parser.add_argument("--trunc-layers", type=int, default=4, help="layers of the 'trunc' drafter (default section)")
+    parser.add_argument("--skip", default="", help="default section: labels not to run, e.g. random/chain-2,random/chain-4")
+    parser.add_argument("--tail-scale", type=float, default=0.05,
+                        help="the default section's target: its layers after --trunc-layers write this share (1: as built)")
     parser.add_argument("--out", default=None, help="folder for costs.json (default: print only)")
     args = parser.parse_args()
     device, sections = args.device, args.sections.split(",")
@@ -503,6 +656,28 @@ def main() -> None:
                                                 16 if quick else args.long, 4 if quick else args.short, forward_ms)
                 save()
             print(table_loop(name, res["loop"]), flush=True)
+        if "default" in sections:
+            first = 1 if quick else args.trunc_layers
+            if args.tail_scale != 1:
+                scale_tail(target, first, args.tail_scale)
+            drafters = {"random": drafter, "self": target, "trunc": truncated(target, first)}
+            res["default"] = {"trunc_layers": first, "tail_scale": args.tail_scale, "batches": {}}
+            for batch in map(int, args.batches.split(",")):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    result = default_vs_plain(target, drafters, batch, device, 2 if quick else args.reps,
+                                              16 if quick else args.long, 4 if quick else args.short,
+                                              skip=set(filter(None, args.skip.split(","))))
+                # Warnings of generate() during the section, e.g. the calibration's "Unfeasible length constraints"
+                result["warnings"] = dict(Counter(str(w.message)[:120] for w in caught if "synchroniz" not in str(w.message)))
+                result["forward_ms"] = forward_costs(target, batch, device, (1,), 10, CONTEXT)["hf"][1]
+                res["default"]["batches"][batch] = result
+                save()
+            print(table_default(name, res["default"]["batches"]), flush=True)
+            for batch, result in res["default"]["batches"].items():
+                print(f"batch {batch}: forward v(1) {result['forward_ms']:.2f} ms; warnings {result['warnings']}", flush=True)
+            if args.tail_scale != 1:  # the other sections time the target as built
+                target = build(shape, torch.bfloat16, device, seed=0)
         if "exact" in sections:
             res["exact"] = {}
             for dtype in (torch.float32, torch.bfloat16):
