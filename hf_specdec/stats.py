@@ -153,13 +153,16 @@ class SpeculativeStats:
         return self.drafted_histogram.sum(dim=0)
 
     def summary(self) -> str:
-        """One line for logs and the CLI."""
-        return (
+        """One line for logs and the CLI; after tree steps, `tree_sizes={nodes: steps}` for the sizes drafted (the
+        drafted histogram then counts each tree's depth)."""
+        line = (
             f"alpha={self.acceptance_rate:.3f} tokens/target-forward={self.tokens_per_step:.2f} "
             f"emitted={int(self.emitted.sum())} target_forwards={self.target_forwards} "
             f"drafter_forwards={self.drafter_forwards} accepted_hist={self.histogram.tolist()} "
             f"drafted_hist={self.draft_lengths.tolist()}"
         )
+        sizes = {n: count for n, count in enumerate(self.tree_sizes.tolist()) if count}
+        return f"{line} tree_sizes={sizes}" if sizes else line
 
     def to_dict(self) -> dict:
         return {

@@ -251,6 +251,11 @@ def test_stats_count_tree_sizes_and_accepted_depths(target, partial_drafter):
     assert sizes.shape == (3, 8) and torch.equal(sizes.sum(dim=1), stats.steps)  # one tree per row and step
     assert int(sizes[:, 7].sum()) > 0  # full trees were drafted
     assert stats.accepted_histogram.shape == (3, 4)  # accepted depth 0..max_depth
+    by_size = {n: int(count) for n, count in enumerate(sizes.sum(dim=0)) if count}
+    assert 7 in by_size and f"tree_sizes={by_size}" in stats.summary()
+    chain_only = hf_specdec.SpeculativeStats()  # a chain call (the chain loop) drafts no trees
+    greedy(target, input_ids, mask, drafter=partial_drafter, gamma=3, stats=chain_only, max_new_tokens=5)
+    assert "tree_sizes" not in chain_only.summary()
     # Chain calls merged with a tree call keep one row per row.
     stats.merge(speculate(target, partial_drafter, input_ids, mask, policy=SHAPES["chain"])[1])
     chain_stats = hf_specdec.SpeculativeStats()
