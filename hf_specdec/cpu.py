@@ -16,8 +16,10 @@ Speculative verification and batched decoding both score several rows at once.
 
 from __future__ import annotations
 
+import os
 import platform
 import types
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -41,6 +43,17 @@ def describe() -> str:
     flags = set(fields.get("flags", "").split())
     found = ", ".join(f"{flag}: {'yes' if flag in flags else 'no'}" for flag in ("avx512_bf16", "amx_bf16"))
     return f"{fields.get('model name', platform.machine())} ({found})"
+
+
+def computes_bf16(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16), from its /proc/cpuinfo flags: there a bf16
+    model computes faster than in fp32; elsewhere bf16 is emulated and slower. False where cpuinfo is unreadable."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return False
+    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 def available() -> bool:

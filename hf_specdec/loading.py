@@ -170,7 +170,10 @@ def load_drafter(
             directory holding an EAGLE-1 / EAGLE-3 feature head (`hf_specdec.eagle`).
         quantization, device, dtype: as for `load_model`. A feature head is one small layer: it takes
             no quantization or device map (`DrafterLoadError`), goes to `device` (None: CPU) and loads in
-            float32 unless `dtype` says otherwise ("auto": the dtype its checkpoint was saved in).
+            float32 unless `dtype` says otherwise ("auto": the dtype its checkpoint was saved in). Without a
+            `dtype` it drafts in the target's half precision where the device computes it natively (bf16 on a
+            CPU with avx512_bf16 / amx_bf16, bf16 and fp16 on CUDA: `FeatureDrafter.compute_head`); with one,
+            always in that dtype.
 
     Returns:
         the causal LM in eval mode (a `PreTrainedModel`, as before heads were accepted), or a
@@ -189,7 +192,8 @@ def load_drafter(
             "device map."
         )
     head = load_feature_head(path, dtype=_head_dtype(path, dtype))
-    return FeatureDrafter(head if device is None else head.to(device))
+    # Without a dtype the head drafts in the target's half precision where that is computed natively (compute_head).
+    return FeatureDrafter(head if device is None else head.to(device), match_target=dtype is None)
 
 
 def _head_dtype(path: str | os.PathLike, dtype: torch.dtype | str | None) -> torch.dtype:

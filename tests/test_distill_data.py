@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from hf_specdec.distill.data import read_records
-from hf_specdec.distill.magpie_data import DataSettings, cpu_computes_bf16, generate_data, summarize
+from hf_specdec.cpu import computes_bf16
+from hf_specdec.distill.magpie_data import DataSettings, generate_data, summarize
 import tiny_models
 
 # A system turn, then each message behind its role's word; the assistant's opening ends the prompt.
@@ -81,8 +82,8 @@ def test_bf16_detection_reads_the_cpu_flags(tmp_path):
     with_bf16, without = tmp_path / "a", tmp_path / "b"
     with_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16\n")
     without.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
-    assert cpu_computes_bf16(with_bf16) and not cpu_computes_bf16(without)
-    assert not cpu_computes_bf16(tmp_path / "missing")
+    assert computes_bf16(with_bf16) and not computes_bf16(without)
+    assert not computes_bf16(tmp_path / "missing")
 
 
 def test_items_whose_prompt_would_leak_into_the_held_out_requests_are_skipped(tmp_path):

@@ -243,3 +243,26 @@ def test_a_head_for_another_target_is_refused_before_any_forward(heads):
     with pytest.raises(hf_specdec.IncompatibleDrafterError, match="another target"):
         other.generate(torch.tensor([[5, 6, 7]]), drafter=FeatureDrafter(heads["eagle3"]), max_new_tokens=4)
     assert calls == []
+
+
+def test_a_head_drafts_in_the_targets_bf16_where_the_cpu_computes_it(monkeypatch):
+    from hf_specdec.drafters import feature
+
+    head = build_feature_head(tiny_models.llama(seed=0), "eagle3", draft_vocab=list(range(2, 40)))
+    drafter, fixed = FeatureDrafter(head), FeatureDrafter(head, match_target=False)
+    target16 = tiny_models.llama(seed=0).to(torch.bfloat16)
+    monkeypatch.setattr(feature, "computes_bf16", lambda: True)
+    used = drafter.compute_head(target16)
+    assert used.q_proj.weight.dtype == torch.bfloat16 and head.q_proj.weight.dtype == torch.float32  # shared head kept
+    assert drafter.compute_head(target16) is used  # cast once
+    assert torch.equal(used.d2t, head.d2t) and torch.equal(used.q_proj.weight, head.q_proj.weight.to(torch.bfloat16))
+    with torch.no_grad():
+        head.q_proj.weight.add_(1.0)  # trained on: a new copy
+    assert torch.equal(drafter.compute_head(target16).q_proj.weight, head.q_proj.weight.to(torch.bfloat16))
+    session = drafter.start(target16, 1, torch.device("cpu"))
+    assert session.bound.dtype == torch.bfloat16
+    for other, reason in ((fixed, "an explicit dtype"), (drafter, "a float32 target")):
+        target = target16 if other is fixed else tiny_models.llama(seed=0)
+        assert other.compute_head(target) is head, reason
+    monkeypatch.setattr(feature, "computes_bf16", lambda: False)  # bf16 emulated (AVX2): float32 drafts faster
+    assert drafter.compute_head(target16) is head

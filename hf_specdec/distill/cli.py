@@ -263,7 +263,9 @@ def run_data(args: argparse.Namespace) -> int:
     """Handler of ``hf-specdec distill-data``."""
     import torch
 
-    from .magpie_data import DataSettings, cpu_computes_bf16, generate_data, summarize
+    from hf_specdec.cpu import computes_bf16
+
+    from .magpie_data import DataSettings, generate_data, summarize
 
     if args.engine == "llama-cpp":
         engine, tokenizer, gguf = _load_llama_engine(args)
@@ -271,7 +273,7 @@ def run_data(args: argparse.Namespace) -> int:
     else:
         if args.threads:
             torch.set_num_threads(args.threads)
-        dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if cpu_computes_bf16() else "float32")
+        dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if computes_bf16() else "float32")
         target, tokenizer = _load_target(args.target, getattr(torch, dtype))
         engine, described = None, {"engine": "torch", "dtype": dtype}
     settings = DataSettings(

@@ -283,14 +283,3 @@ def summarize(path: str | Path) -> dict:
             entry["response_tokens"] += len(obj.get("ids", [])) - obj.get("prompt_len", 0)
     total = {key: sum(entry[key] for entry in kinds.values()) for key in ("kept", "skipped", "response_tokens")}
     return {"total": total, "kinds": kinds}
-
-
-def cpu_computes_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
-    """Whether this CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16), from its /proc/cpuinfo flags: there
-    a bf16 target generates faster than fp32; elsewhere bf16 is emulated and slower."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return False
-    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
