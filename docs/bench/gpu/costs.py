@@ -188,6 +188,15 @@ VARIANTS = {
 }
 
 
+def timed_variant(target, drafter, variant, ids, mask, length, device):
+    """(milliseconds, stats) of one `run_variant` call, the device synchronized before and after."""
+    sync(device)
+    begin = time.perf_counter()
+    _, stats = run_variant(target, drafter, variant, ids, mask, length)
+    sync(device)
+    return (time.perf_counter() - begin) * 1e3, stats
+
+
 def run_variant(target, drafter, variant: str, ids, mask, new_tokens: int, return_dict=False):
     """(output, stats or None) of one greedy call with min_new_tokens = max_new_tokens (no early EOS)."""
     kwargs = dict(attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
@@ -215,11 +224,8 @@ def loop_costs(target, drafter, batch: int, device: str, reps: int, long: int, s
     for _ in range(reps):
         for variant in VARIANTS:
             for length in (long, short):
-                sync(device)
-                begin = time.perf_counter()
-                _, stats = run_variant(target, drafter, variant, ids, mask, length)
-                sync(device)
-                timings[variant][length].append((time.perf_counter() - begin) * 1e3)
+                ms, stats = timed_variant(target, drafter, variant, ids, mask, length, device)
+                timings[variant][length].append(ms)
                 steps = length if stats is None else stats.target_forwards
                 forwards[variant, length] = (steps, stats)
     out = {}
@@ -324,11 +330,8 @@ def default_vs_plain(target, drafters: dict, batch: int, device: str, reps: int,
     for round_ in range(reps):
         for label, drafter, variant in runs if round_ % 2 == 0 else runs[::-1]:
             for length in (long, short):
-                sync(device)
-                begin = time.perf_counter()
-                _, stats = run_variant(target, drafter, variant, ids, mask, length)
-                sync(device)
-                timings[label][length].append((time.perf_counter() - begin) * 1e3)
+                ms, stats = timed_variant(target, drafter, variant, ids, mask, length, device)
+                timings[label][length].append(ms)
                 stats_of[label, length] = stats
     out = {}
     for label, drafter, variant in runs:
