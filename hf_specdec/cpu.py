@@ -16,6 +16,7 @@ Speculative verification and batched decoding both score several rows at once.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import types
@@ -45,6 +46,7 @@ def describe() -> str:
     return f"{fields.get('model name', platform.machine())} ({found})"
 
 
+@functools.lru_cache(maxsize=8)  # asked before every call that drafts with a feature head
 def computes_bf16(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> bool:
     """Whether this CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16), from its /proc/cpuinfo flags: there a bf16
     model computes faster than in fp32; elsewhere bf16 is emulated and slower. False where cpuinfo is unreadable."""

@@ -1,6 +1,7 @@
 """The feature drafter (EAGLE-1 / EAGLE-3 heads on the target's hidden states) is exact, drafts what its
 training computation predicts, and loads heads written in the published layouts."""
 
+import copy
 import json
 
 import pytest
@@ -264,5 +265,7 @@ def test_a_head_drafts_in_the_targets_bf16_where_the_cpu_computes_it(monkeypatch
     for other, reason in ((fixed, "an explicit dtype"), (drafter, "a float32 target")):
         target = target16 if other is fixed else tiny_models.llama(seed=0)
         assert other.compute_head(target) is head, reason
+    twin = copy.deepcopy(drafter)  # a description: copies (and pickles) keep the head, not the lock or the cast copies
+    assert twin.compute_head(target16).q_proj.weight.dtype == torch.bfloat16 and twin.compute_head(target16) is not used
     monkeypatch.setattr(feature, "computes_bf16", lambda: False)  # bf16 emulated (AVX2): float32 drafts faster
     assert drafter.compute_head(target16) is head

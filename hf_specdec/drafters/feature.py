@@ -225,6 +225,12 @@ class FeatureDrafter(Drafter):
         self._cast: dict[tuple, FeatureHead] = {}  # the head in another dtype, derived from `head` (shared by calls)
         self._cast_lock = threading.Lock()
 
+    def __getstate__(self) -> dict:  # copies and pickles keep the description, not the lock or the derived copies
+        return {**self.__dict__, "_cast": {}, "_cast_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _cast_lock=threading.Lock())
+
     def compute_head(self, target) -> FeatureHead:
         """The head a call drafts with: `head` itself, or with `match_target` a copy in the target's dtype when that
         is a half precision the head's device computes natively: bf16 or fp16 on CUDA, bf16 on a CPU with
