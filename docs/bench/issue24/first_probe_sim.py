@@ -1,5 +1,5 @@
-"""Monte Carlo (session d, for the next person; the policy is unchanged): the default's first probe when drafting does not pay on the prior (break-even above prior_alpha),
-batch 1, 64 new tokens: today's wait (budgeted at acceptance 0) against a wait budgeted at the prior's acceptance.
+"""Monte Carlo (session d, for the next person; the policy is unchanged): the default's first probe when drafting
+does not pay on the prior (break-even above prior_alpha), batch 1, 64 new tokens: today's wait (budgeted at acceptance 0) against a wait budgeted at the prior's acceptance.
 Costs: a Zen 3 fp32-like setting (a 2-token forward 1.7 steps, drafter step 0.05). 300 calls per cell, seeds 0-299.
 Output (2026-11-24): break-even 0.772, first wait today 64 (the cap), at the prior 24; x plain today 1.000 for every
 alpha (never probed in 64 tokens), at the prior 0.989 / 0.987 / 0.991 / 1.006 / 1.077 for alpha 0 / 0.3 / 0.6 / 0.75 / 0.9.
