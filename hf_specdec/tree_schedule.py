@@ -191,9 +191,10 @@ def _memo(function):
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         try:
-            return cached(*args, **kwargs)
-        except TypeError:  # unhashable: compute uncached
+            hash((args, tuple(kwargs.items())))
+        except TypeError:  # unhashable: compute uncached (an error inside the function is not caught here)
             return function(*args, **kwargs)
+        return cached(*args, **kwargs)
 
     return wrapper
 

@@ -16,7 +16,7 @@ from hf_specdec import calibration, tree_schedule
 from hf_specdec.calibration import StepCosts, TreeCosts
 from hf_specdec.policy import CostAwareDraftPolicy, CostAwareSchedule, TreeDraftPolicy
 from hf_specdec.tree import DraftTree
-from hf_specdec.tree_schedule import CostAwareTreeSchedule, expected_tokens, rank_outcomes, tree_shapes
+from hf_specdec.tree_schedule import CostAwareTreeSchedule, expected_tokens, rank_outcomes
 from joint_util import padded_pair_fits
 
 WIDTHS = (1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33)
@@ -117,6 +117,7 @@ def test_the_default_runs_trees_where_width_is_cheap_and_chains_where_it_is_dear
     heavy = TreeCosts(chain=CHEAP.chain, plain_ms=66.0, chain_ms=70.0, tree_ms=84.0)
     assert type(_start({}, heavy)) is CostAwareSchedule
 
+
 # Costs calibrated on an AMD EPYC Zen 5 (avx512_bf16, no AMX), bf16, batch 1, with an unrelated drafter: the tree
 # loop's plain step within 2 % of the chain loop's, and widths cheap enough that the model puts the best tree about
 # 7 % ahead of the best chain on the priors, while the default run as trees there measured 7 % behind chains.
@@ -129,13 +130,10 @@ ZEN5_BF16 = TreeCosts(
 
 def test_trees_must_promise_more_than_the_models_error_to_replace_chains():
     policy = CostAwareDraftPolicy(costs=ZEN5_BF16)
-    ranks = [policy.prior_alpha, *policy.prior_ranks]
-    chain = max(expected_tokens(ranks, 1, k, k) / ZEN5_BF16.chain.step_ms(k) for k in range(policy.max_gamma + 1))
-    tree = max(expected_tokens(ranks, s.top_k, s.max_depth, s.max_nodes) / ZEN5_BF16.shape_ms(s)
-               for s in tree_shapes(policy.max_gamma, policy.max_nodes, len(ranks)))
-    assert 1 + policy.min_gain < tree / chain < 1 + tree_schedule.TREE_MARGIN  # ahead, but within the model's error
+    # Ahead of the best chain by more than min_gain (the control: a 2 % bar opens), within the model's error.
+    assert tree_schedule.trees_pay(policy, ZEN5_BF16, ZEN5_BF16.chain, margin=policy.min_gain)
+    assert not tree_schedule.trees_pay(policy, ZEN5_BF16, ZEN5_BF16.chain)
     assert type(_start(policy, ZEN5_BF16)) is CostAwareSchedule
-    assert tree_schedule.trees_pay(policy, ZEN5_BF16, ZEN5_BF16.chain, margin=policy.min_gain)  # control: a 2 % bar opens
     assert isinstance(_start({}, CHEAP), CostAwareTreeSchedule)  # CHEAP's trees promise 13 %
 
 

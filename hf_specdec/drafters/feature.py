@@ -222,11 +222,11 @@ class FeatureDrafter(Drafter):
         `compute_head`); False: always in the head's own dtype (what `load_drafter(path, dtype=...)` asks for)."""
         self.head = head.eval()
         self.match_target = match_target
-        self._cast: dict[tuple, FeatureHead] = {}  # the head in another dtype, derived from `head` (shared by calls)
+        self._cast: tuple[tuple, FeatureHead] | None = None  # (key, the head in another dtype): derived, shared by calls
         self._cast_lock = threading.Lock()
 
-    def __getstate__(self) -> dict:  # copies and pickles keep the description, not the lock or the derived copies
-        return {**self.__dict__, "_cast": {}, "_cast_lock": None}
+    def __getstate__(self) -> dict:  # copies and pickles keep the description, not the lock or the derived copy
+        return {**self.__dict__, "_cast": None, "_cast_lock": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _cast_lock=threading.Lock())
@@ -239,15 +239,15 @@ class FeatureDrafter(Drafter):
         The copy is made once per dtype and version of the head's weights (training the head on makes a new one);
         `head` itself is never changed. Which head drafts changes the drafts, never what verification keeps."""
         dtype, device = target.dtype, self.head.q_proj.weight.device
-        native = device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) or (
+        native = (device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)) or (
             device.type == "cpu" and dtype == torch.bfloat16 and computes_bf16())
         if not self.match_target or not native or dtype == self.head.q_proj.weight.dtype:
             return self.head
         key = (dtype, tuple(param._version for param in self.head.parameters()))
         with self._cast_lock:
-            if key not in self._cast:
-                self._cast = {key: copy.deepcopy(self.head).to(dtype)}  # one at a time: the head's latest weights
-            return self._cast[key]
+            if self._cast is None or self._cast[0] != key:  # one copy at a time: of the head's latest weights
+                self._cast = (key, copy.deepcopy(self.head).to(dtype))
+            return self._cast[1]
 
     def feature_layers(self, target) -> tuple[int, ...]:
         return self.head.feature_layers_for(target.config.get_text_config().num_hidden_layers)
