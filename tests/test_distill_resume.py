@@ -116,3 +116,32 @@ def test_live_features_serve_what_the_store_holds(setup):
         assert record in live and live[record].dtype == torch.float16
         # The records are all 26 tokens, so the store's batched forward had no padding: the same sums.
         assert torch.equal(live[record], store[record])
+
+
+def test_a_store_records_the_dtype_its_states_were_computed_in_and_grows_only_in_it(setup, tmp_path):
+    import copy
+    import json
+
+    from hf_specdec.distill.features import MANIFEST
+
+    target, records, store = setup
+    bf16 = copy.deepcopy(target).to(torch.bfloat16)
+    directory = tmp_path / "bf16"
+    extract_features(bf16, records[:3], directory, layers=[1, 2, 4], progress=False)
+    assert json.loads((directory / MANIFEST).read_text())["dtype"] == "bfloat16"
+    stored = FeatureStore(directory)
+    for record in records[:3]:  # bfloat16's states: near the float32 store's, not equal to them
+        error = (stored[record].float() - store[record].float()).norm() / store[record].float().norm()
+        assert 0 < error < 0.05
+    with pytest.raises(ValueError, match="bfloat16.*float32"):
+        extract_features(target, records, directory, layers=[1, 2, 4], progress=False)  # would mix precisions
+    extract_features(bf16, records, directory, layers=[1, 2, 4], progress=False)  # same dtype: grows
+    assert len(FeatureStore(directory)) == len(records)
+    assert json.loads((store.directory / MANIFEST).read_text())["dtype"] == "float32"
+    legacy = json.loads((directory / MANIFEST).read_text())
+    del legacy["dtype"]  # written before the key existed: float32 states
+    (directory / MANIFEST).write_text(json.dumps(legacy))
+    extract_features(bf16, records, directory, layers=[1, 2, 4], progress=False)  # nothing to add: no refusal
+    more = Record(records[0].ids + [5], records[0].prompt_len, True)
+    with pytest.raises(ValueError, match="float32.*bfloat16"):
+        extract_features(bf16, [more], directory, layers=[1, 2, 4], progress=False)

@@ -10,6 +10,7 @@ import pytest
 
 import tiny_models
 from hf_specdec.cli import main
+from hf_specdec.cpu import computes_bf16
 from hf_specdec.errors import HeldOutLeakError
 from test_distill_data import chat_tokenizer
 
@@ -39,7 +40,8 @@ def test_data_train_evaluate_commands_run_resume_and_refuse_leaks(target_dir, tm
     assert main(live) == 0  # the target's states computed per batch: nothing stored beside the corpus
     assert not data.with_name("data.jsonl.features").exists() and (tmp_path / "head-live" / "model.safetensors").exists()
     assert main(train) == 0
-    assert data.with_name("data.jsonl.features").exists()
+    manifest = json.loads(data.with_name("data.jsonl.features").joinpath("manifest.json").read_text())
+    assert manifest["dtype"] == ("bfloat16" if computes_bf16() else "float32")  # --feature-dtype auto
     curve = json.loads((head / "learning_curve.json").read_text())
     assert [point["step"] for point in curve] == [2, 4]
     assert 0 < curve[0]["tokens_seen"] < curve[1]["tokens_seen"]

@@ -73,6 +73,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--live-features", action="store_true",
                         help="feature: compute the target's states for each training batch instead of storing them "
                         "beside each corpus (~4.6 KB a token for SmolLM2; slower steps, no disk)")
+    parser.add_argument("--feature-dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                        help="feature: the dtype the target computes the training states in; auto: bfloat16 when "
+                        "the CPU computes it (avx512_bf16 / amx_bf16; ~2.6x float32's tokens/s on a Zen 5, the "
+                        "teacher's top-1 unchanged at 99 %% of positions), else the target's. Measurements always "
+                        "use the target's own precision (default: auto)")
     parser.add_argument("--eval-set", choices=("templates", "heldout"), default="templates",
                         help="feature: measure on the tool's held-out templates, or on the hand-written chat requests "
                         "(refused if one leaks into the training prompts); the learning curve uses it (default: templates)")
@@ -333,6 +338,17 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _feature_dtype(choice: str):
+    """--feature-dtype as a torch dtype (None: the target's own)."""
+    import torch
+
+    from hf_specdec.cpu import computes_bf16
+
+    if choice == "auto":
+        return torch.bfloat16 if computes_bf16() else None
+    return getattr(torch, choice)
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``hf-specdec distill``: prints the metrics as JSON."""
     import torch
@@ -354,6 +370,7 @@ def run(args: argparse.Namespace) -> int:
             lr=args.lr or 3e-4, max_minutes=args.max_minutes, eval_every=args.eval_every, gamma=args.gamma,
             seed=args.seed, progress=not args.quiet, checkpoint_every=args.checkpoint_every, resume=args.resume,
             eval_set=args.eval_set, live_features=args.live_features,
+            feature_dtype=_feature_dtype(args.feature_dtype),
         )
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
         return 0

@@ -10,6 +10,7 @@ with ``init_from``).
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -103,6 +104,7 @@ def distill_feature_head(
     resume: bool = False,
     eval_set: str = "templates",
     live_features: bool = False,
+    feature_dtype: torch.dtype | None = None,
 ) -> dict:
     """Train an EAGLE feature head for a causal LM target and save it under `out_dir`.
 
@@ -128,6 +130,9 @@ def distill_feature_head(
             pays a target forward over its records).
         eval_set: "templates" (the tool's held-out templates and topics) or "heldout" (the hand-written
             chat requests, checked for leaks into the training prompts) for the measurements.
+        feature_dtype: the dtype the target computes the training states in (None: its own). bfloat16 on a
+            CPU that computes it is ~2.6x the tokens/s of float32 (Zen 5); the measurements always use the
+            target's own precision, recomputed in memory.
 
     Returns:
         the metrics also written to ``out_dir/distill_metrics.json``.
@@ -168,24 +173,26 @@ def distill_feature_head(
             vocab = select_vocab_subset(records, size, always=sorted(eos))
         head = build_feature_head(target, kind, draft_vocab=vocab)
 
-    # 3. The target's states over every record: stored once per corpus (resumable), or computed per step.
+    # 3. The target's states over every record: stored once per corpus (resumable), or computed per step;
+    #    those measured on are recomputed in memory at the target's own precision.
     started = time.monotonic()
     layers = sorted({*head.feature_layers_for(num_layers), num_layers})
+    computes = target
+    if feature_dtype is not None and feature_dtype != next(target.parameters()).dtype:
+        computes = copy.deepcopy(target).to(feature_dtype)
+    eval_store = features_in_memory(target, eval_records, layers, progress=progress)
     if live_features:
-        train_store = LiveFeatures(target, layers)
-        eval_store = features_in_memory(target, eval_records, layers, progress=progress)
+        train_store = LiveFeatures(computes, layers)
     else:
-        stores = []
-        # The records the data step read (the held-out ones: those measured on).
-        for path, part in [*zip(corpora, prepared.per_corpus), (eval_data, eval_records)]:
+        train_store = FeatureStore(None)
+        train_store.layers = layers
+        for path, part in zip(corpora, prepared.per_corpus):
             if not path.exists():
                 continue
             directory = path.with_name(path.name + ".features")
-            extract_features(target, part, directory, layers, progress=progress)
-            stores.append(FeatureStore(directory))
-        train_store = eval_store = stores[0]
-        for other in stores[1:]:
-            train_store.add(other)
+            extract_features(computes, part, directory, layers, progress=progress)
+            train_store.add(FeatureStore(directory))
+    del computes
     feature_minutes = (time.monotonic() - started) / 60
 
     # 4. Train, measuring and saving as it goes (a run stopped early leaves its last head, history and checkpoint).

@@ -47,6 +47,8 @@ def extract_features(
 ) -> Path:
     """Writes the target's hidden states `layers` (indices into `output_hidden_states`) for `records`
     that `directory` does not hold yet. Each record gets a float16 tensor [tokens, len(layers), hidden].
+    The manifest records the dtype the target computed them in (`target`'s own: pass a bfloat16 copy for
+    bfloat16 states); a store is only grown in its own dtype (one without the key holds float32 states).
 
     Sequences are batched by length (`length_batches`, right-padded) up to `batch_tokens` tokens a forward,
     and flushed every `shard_tokens` tokens, so an interrupted run loses at most one shard.
@@ -56,13 +58,18 @@ def extract_features(
     manifest = _manifest(directory)
     if manifest and manifest["layers"] != list(layers):
         raise ValueError(f"{directory} holds layers {manifest['layers']}, not {list(layers)}; use another directory.")
-    manifest = {"layers": list(layers), "shards": manifest.get("shards", {})}
+    dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
+    stored_dtype = manifest.get("dtype", "float32") if manifest else dtype
+    manifest = {"layers": list(layers), "dtype": stored_dtype, "shards": manifest.get("shards", {})}
     done = {key for keys in manifest["shards"].values() for key in keys}
     todo = {}
     for record in records:
         key = record_key(record)
         if key not in done:
             todo.setdefault(key, record)
+    if todo and dtype != stored_dtype:
+        raise ValueError(f"{directory} holds states computed in {stored_dtype}; adding {len(todo)} records computed in "
+                         f"{dtype} would mix precisions in one store. Use the store's dtype, or another directory.")
     keys = list(todo)
     pending: dict[str, torch.Tensor] = {}
 
