@@ -259,14 +259,19 @@ def unrolled_states(head: FeatureHead, embed_tokens, batch: Batch, steps: int) -
 
 
 def _step_targets(head: FeatureHead, target_head_weight: torch.Tensor, batch: Batch, k: int):
-    """(target log-probs over the head's vocabulary [batch, seq - 1, draft], scored mask [batch, seq - 1],
-    the target's greedy token as a head column [batch, seq - 1] or -1) for depth k: anchor p predicts the
-    token at p + k + 2 from the target's state at p + k + 1."""
+    """(target log-probs over the head's vocabulary [batch, seq - 1, draft], scored mask [batch, seq - 1]) for
+    depth k: anchor p predicts the token at p + k + 2 from the target's state at p + k + 1."""
     seq = batch.input_ids.shape[1] - 1
     shifted_final = torch.cat([batch.final[:, k + 1 :], batch.final.new_zeros(batch.final.shape[0], k, batch.final.shape[2])], 1)
     target_logits = shifted_final[:, :seq] @ target_head_weight.T  # [batch, seq, draft]
+    return F.log_softmax(target_logits, dim=-1), _step_mask(batch, k)
+
+
+def _step_mask(batch: Batch, k: int) -> torch.Tensor:
+    """[batch, seq - 1] the anchors scored at depth k: those whose token at p + k + 2 is a response token."""
+    seq = batch.input_ids.shape[1] - 1
     mask = torch.cat([batch.loss_mask[:, k + 2 :], batch.loss_mask.new_zeros(batch.loss_mask.shape[0], k + 1)], 1)
-    return F.log_softmax(target_logits, dim=-1), mask[:, :seq]
+    return mask[:, :seq]
 
 
 def _scores(head: FeatureHead, state: torch.Tensor, label_weight: torch.Tensor) -> torch.Tensor:
@@ -515,12 +520,13 @@ def evaluate_feature_head(
         chunk = usable[start : start + batch_size]
         batch = make_batch(chunk, store, head.feature_layers_for(final_layer), final_layer)
         states = unrolled_states(head, lambda ids: F.embedding(ids, embed_weight), batch, depth)
+        greedy = (batch.final @ label_weight.T).argmax(-1)  # [batch, width] the target's token after each position
         alive = None
         for k, state in enumerate(states):
-            _, mask = _step_targets(head, label_weight, batch, k)
+            mask = _step_mask(batch, k)
             seq = mask.shape[1]
-            shifted = torch.cat([batch.final[:, k + 1 :], batch.final.new_zeros(batch.final.shape[0], k, batch.final.shape[2])], 1)
-            target_token = (shifted[:, :seq] @ label_weight.T).argmax(-1)  # [batch, seq] target ids
+            # Anchor p at depth k + 1 is scored against the token after position p + k + 1 (0 past the end: masked).
+            target_token = torch.cat([greedy[:, k + 1 :], greedy.new_zeros(greedy.shape[0], k)], 1)[:, :seq]
             scores = _scores(head, state, label_weight if draft_ids is None else None)  # [batch, seq, draft]
             draft = scores.argmax(-1)
             if draft_ids is not None:
