@@ -145,3 +145,33 @@ def test_a_store_records_the_dtype_its_states_were_computed_in_and_grows_only_in
     more = Record(records[0].ids + [5], records[0].prompt_len, True)
     with pytest.raises(ValueError, match="float32.*bfloat16"):
         extract_features(bf16, [more], directory, layers=[1, 2, 4], progress=False)
+
+
+def test_the_rejection_term_adds_the_rate_sampling_would_reject_the_heads_drafts(setup, tmp_path):
+    """With the weights frozen (lr 0), each step's loss with `tv_weight` w exceeds the KL loss by w times
+    Σ_k 0.8^k · mean(1 − Σ_x min(p, q)) over that step's batch, computed here from the head's and the target's
+    distributions (the module's batch helpers, an independent sum)."""
+    import torch.nn.functional as F
+
+    from hf_specdec.distill.feature_head import _draft_head_weight, _scores, _step_targets, make_batch, unrolled_states
+
+    target, records, store = setup
+    kl = train(setup, tmp_path / "kl.pt", steps=3, lr=0.0)[1]
+    with_tv = train(setup, tmp_path / "tv.pt", steps=3, lr=0.0, tv_weight=0.5)[1]
+    head = build_feature_head(target, "eagle3", draft_vocab=list(range(2, tiny_models.VOCAB)))
+    embed = target.get_input_embeddings().weight.detach().float()
+    label_weight = _draft_head_weight(head, target)
+    for step in range(3):
+        chosen = [records[i] for i in batch_indices(len(records), 2, step, seed=0)]
+        batch = make_batch(chosen, store, head.feature_layers_for(4), 4)
+        expected = 0.0
+        with torch.no_grad():
+            for k, state in enumerate(unrolled_states(head, lambda ids: F.embedding(ids, embed), batch, 3)):
+                target_log_probs, mask = _step_targets(head, label_weight, batch, k)
+                p = target_log_probs[mask].exp()
+                q = _scores(head, state[mask], label_weight).softmax(-1)
+                expected += 0.8**k * float((1 - torch.minimum(p, q).sum(-1)).mean())
+        assert 0.05 < expected < 2.44  # a random head is mostly rejected, never always
+        assert with_tv[step] - kl[step] == pytest.approx(0.5 * expected, rel=1e-4)
+    with pytest.raises(ValueError, match="tv_weight"):  # a run resumes only with its own objective
+        train(setup, tmp_path / "tv.pt", steps=3, lr=0.0, resume=True)

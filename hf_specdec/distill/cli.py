@@ -73,6 +73,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--live-features", action="store_true",
                         help="feature: compute the target's states for each training batch instead of storing them "
                         "beside each corpus (~4.6 KB a token for SmolLM2; slower steps, no disk)")
+    parser.add_argument("--tv-weight", type=float, default=0.0,
+                        help="feature: add this times 1 - sum(min(p, q)), the rate at which sampling rejects the "
+                        "head's draft, to the KL loss at each depth (default: 0; 1.0 measured +0.003 alpha in a "
+                        "200-step A/B, docs/bench/issue25/tv_ab.txt)")
     parser.add_argument("--feature-dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                         help="feature: the dtype the target computes the training states in; auto: bfloat16 when "
                         "the CPU computes it (avx512_bf16 / amx_bf16; ~2.6x float32's tokens/s on a Zen 5, the "
@@ -370,7 +374,7 @@ def run(args: argparse.Namespace) -> int:
             lr=args.lr or 3e-4, max_minutes=args.max_minutes, eval_every=args.eval_every, gamma=args.gamma,
             seed=args.seed, progress=not args.quiet, checkpoint_every=args.checkpoint_every, resume=args.resume,
             eval_set=args.eval_set, live_features=args.live_features,
-            feature_dtype=_feature_dtype(args.feature_dtype),
+            feature_dtype=_feature_dtype(args.feature_dtype), tv_weight=args.tv_weight,
         )
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
         return 0

@@ -360,9 +360,14 @@ def train_feature_head(
     checkpoint_every: int = 0,
     resume: bool = False,
     extra_state: dict | None = None,
+    tv_weight: float = 0.0,
 ) -> list[float]:
     """Trains `head` in place (AdamW, cosine decay over steps or time, whichever runs out first) and
     returns every step's loss. Records longer than `max_tokens` are cut (from the end).
+
+    The loss at each unrolled depth is the cross-entropy to the target's distribution over the head's
+    vocabulary (KL up to a constant), plus `tv_weight` times 1 − Σ min(p, q): the rate at which sampling
+    rejects the head's draft, which KL only bounds (a capacity-limited head can lower KL without raising it).
 
     Records are read in epoch orders (`batch_indices`), so step s always reads the same records.
     `on_log(step, losses, tokens_seen, minutes)` runs every `log_every` steps (eval mode, no gradients needed);
@@ -390,13 +395,15 @@ def train_feature_head(
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0, betas=(0.9, 0.95), fused=True)
     meta = dict(records=_fingerprint(usable), steps=steps, batch_size=batch_size, max_tokens=max_tokens,
                 ttt_steps=ttt_steps, lr=lr, warmup=warmup, seed=seed, max_minutes=max_minutes)
+    if tv_weight:  # only when set, so checkpoints of runs without it still resume
+        meta["tv_weight"] = tv_weight
     losses: list[float] = []
     first_step, tokens_seen, elapsed_before = 0, 0, 0.0
     if resume and checkpoint is not None and Path(checkpoint).exists():
         state = torch.load(checkpoint, weights_only=True)
         saved = json.loads(state["meta"])
         if saved != meta:
-            differ = sorted(k for k in meta if saved.get(k) != meta[k])
+            differ = sorted(k for k in meta.keys() | saved.keys() if saved.get(k) != meta.get(k))
             raise ValueError(f"{checkpoint} was saved with other {', '.join(differ)} (training records or settings); "
                              "resume with the same data and options, or start a new run without --resume.")
         head.load_state_dict(state["head"])
@@ -436,7 +443,11 @@ def train_feature_head(
             if not mask.any():
                 continue
             log_probs = F.log_softmax(_scores(head, state[mask], label_weight), dim=-1)  # [scored, draft]
-            loss = loss + 0.8**k * -(target_log_probs[mask].exp() * log_probs).sum(-1).mean()
+            target_probs = target_log_probs[mask].exp()
+            term = -(target_probs * log_probs).sum(-1).mean()
+            if tv_weight:
+                term = term + tv_weight * (1 - torch.minimum(target_probs, log_probs.exp()).sum(-1)).mean()
+            loss = loss + 0.8**k * term
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)

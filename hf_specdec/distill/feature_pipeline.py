@@ -105,6 +105,7 @@ def distill_feature_head(
     eval_set: str = "templates",
     live_features: bool = False,
     feature_dtype: torch.dtype | None = None,
+    tv_weight: float = 0.0,
 ) -> dict:
     """Train an EAGLE feature head for a causal LM target and save it under `out_dir`.
 
@@ -133,6 +134,7 @@ def distill_feature_head(
         feature_dtype: the dtype the target computes the training states in (None: its own). bfloat16 on a
             CPU that computes it is ~2.6x the tokens/s of float32 (Zen 5); the measurements always use the
             target's own precision, recomputed in memory.
+        tv_weight: weight of the sampling rejection rate 1 − Σ min(p, q) added to the KL loss (`train_feature_head`).
 
     Returns:
         the metrics also written to ``out_dir/distill_metrics.json``.
@@ -211,7 +213,7 @@ def distill_feature_head(
         head, target, records, train_store, steps=steps, batch_size=batch_size, ttt_steps=ttt_steps, lr=lr,
         max_minutes=max_minutes, seed=seed, progress=progress, log_every=eval_every, on_log=measure,
         checkpoint=str(checkpoint_path), checkpoint_every=eval_every if checkpoint_every is None else checkpoint_every,
-        resume=resume, extra_state=extra,
+        resume=resume, extra_state=extra, tv_weight=tv_weight,
     )
     history = extra["history"]
     train_minutes = (time.monotonic() - started) / 60
@@ -239,7 +241,7 @@ def distill_feature_head(
         "config": dict(
             kind=head.kind, ttt_steps=ttt_steps, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
             init_from=str(init_from) if init_from is not None else None, num_prompts=num_prompts, num_magpie=num_magpie,
-            eval_set=eval_set,
+            eval_set=eval_set, tv_weight=tv_weight,
         ),
     }
     (out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
