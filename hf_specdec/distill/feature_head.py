@@ -243,7 +243,7 @@ def unrolled_states(head: FeatureHead, embed_tokens, batch: Batch, steps: int) -
     states, own_keys, own_values = [state], [], []
     for k in range(1, steps):
         # Step k at anchor p reads token p + k + 1; anchors past the end read padding and are never scored.
-        tokens = torch.cat([batch.input_ids[:, 1 + k :], batch.input_ids.new_zeros(batch.input_ids.shape[0], k)], 1)
+        tokens = _ahead(batch.input_ids, 1 + k, seq)
         attention_input, residual = head.layer_input(embed_tokens(tokens), states[-1])
         query, key, value = head.qkv(attention_input, positions + k)
         own_keys.append(_repeat_kv(key, heads))
@@ -258,20 +258,23 @@ def unrolled_states(head: FeatureHead, embed_tokens, batch: Batch, steps: int) -
     return states
 
 
+def _ahead(values: torch.Tensor, by: int, length: int) -> torch.Tensor:
+    """[batch, length, ...]: at position p, `values[:, p + by]` (zeros past the end of dim 1)."""
+    padding = values.new_zeros(values.shape[0], by, *values.shape[2:])
+    return torch.cat([values[:, by:], padding], 1)[:, :length]
+
+
 def _step_targets(head: FeatureHead, target_head_weight: torch.Tensor, batch: Batch, k: int):
     """(target log-probs over the head's vocabulary [batch, seq - 1, draft], scored mask [batch, seq - 1]) for
     depth k: anchor p predicts the token at p + k + 2 from the target's state at p + k + 1."""
     seq = batch.input_ids.shape[1] - 1
-    shifted_final = torch.cat([batch.final[:, k + 1 :], batch.final.new_zeros(batch.final.shape[0], k, batch.final.shape[2])], 1)
-    target_logits = shifted_final[:, :seq] @ target_head_weight.T  # [batch, seq, draft]
+    target_logits = _ahead(batch.final, k + 1, seq) @ target_head_weight.T  # [batch, seq, draft]
     return F.log_softmax(target_logits, dim=-1), _step_mask(batch, k)
 
 
 def _step_mask(batch: Batch, k: int) -> torch.Tensor:
     """[batch, seq - 1] the anchors scored at depth k: those whose token at p + k + 2 is a response token."""
-    seq = batch.input_ids.shape[1] - 1
-    mask = torch.cat([batch.loss_mask[:, k + 2 :], batch.loss_mask.new_zeros(batch.loss_mask.shape[0], k + 1)], 1)
-    return mask[:, :seq]
+    return _ahead(batch.loss_mask, k + 2, batch.input_ids.shape[1] - 1)
 
 
 def _scores(head: FeatureHead, state: torch.Tensor, label_weight: torch.Tensor) -> torch.Tensor:
@@ -536,8 +539,7 @@ def evaluate_feature_head(
         for k, state in enumerate(states):
             mask = _step_mask(batch, k)
             seq = mask.shape[1]
-            # Anchor p at depth k + 1 is scored against the token after position p + k + 1 (0 past the end: masked).
-            target_token = torch.cat([greedy[:, k + 1 :], greedy.new_zeros(greedy.shape[0], k)], 1)[:, :seq]
+            target_token = _ahead(greedy, k + 1, seq)  # anchor p, depth k + 1: the token after position p + k + 1
             scores = _scores(head, state, label_weight if draft_ids is None else None)  # [batch, seq, draft]
             draft = scores.argmax(-1)
             if draft_ids is not None:
