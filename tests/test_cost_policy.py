@@ -145,10 +145,11 @@ def test_a_first_run_just_short_of_the_break_even_is_probed_again_soon():
     assert waits == {"half": 5, "none": 55}
 
 
-def test_a_batch_shares_the_prior_and_gives_up_a_useless_drafter_as_fast_as_one_row():
+def test_each_row_has_the_whole_prior_and_a_batch_gives_up_a_useless_drafter_by_the_give_up_rule():
     # Break-even one draft: (2 + 76) * 1.02 / 60 - 1 = 0.326. Alone, the prior (0.5 worth 4 drafts) needs three
-    # rejections to fall below it: 2/5 = 0.4, 2/5.95 = 0.34, 2/6.85 = 0.29. In a batch of 4 each row's share
-    # of the prior is worth one draft, so one rejection per row (four in all) is enough: 0.5/2 = 0.25.
+    # rejections to fall below it: 2/5 = 0.4, 2/5.95 = 0.34, 2/6.85 = 0.29. In a batch of 4 every row has the
+    # whole prior, so one rejection per row leaves each at 0.4 (still drafting), and the give-up rule (5
+    # rejections in all, none accepted) drops the drafter after the second step.
     # Control: a batch whose rows accept every draft keeps drafting.
     costs = StepCosts(draft_ms=2.0, target_ms={1: 60.0, 2: 76.0, 7: 156.0})
     policy = CostAwareDraftPolicy(costs=costs)
@@ -156,9 +157,28 @@ def test_a_batch_shares_the_prior_and_gives_up_a_useless_drafter_as_fast_as_one_
     alone = [_step(schedule, accepted=0) for _ in range(6)]
     assert alone == [1, 1, 1, 0, 0, 0]
     schedule = _schedule(policy, batch=4)
-    assert [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(6)] == [1, 0, 0, 0, 0, 0]
+    assert [_batch_step(schedule, torch.zeros(4, dtype=torch.bool)) for _ in range(6)] == [1, 1, 0, 0, 0, 0]
+    assert schedule.given_up()
     schedule = _schedule(policy, batch=4)
     assert min(_batch_step(schedule, torch.ones(4, dtype=torch.bool)) for _ in range(6)) >= 1
+
+
+def test_one_step_in_which_every_row_of_a_batch_missed_does_not_stop_a_drafter_that_pays():
+    # A head right about half the time at batch 4 (break-even 0.326 as above): its first drafting step can see all
+    # four rows miss (0.52^4 = 7 % of steps at alpha 0.48); then the rows accept every other draft. Each row's
+    # estimate after that step is 2/5 = 0.4, above the break-even, so drafting goes on at every step.
+    # Negative control: a prior worth one draft per row (what sharing 4 drafts among 4 rows gave) reads the same
+    # step as 0.5/2 = 0.25 and stops.
+    costs = StepCosts(draft_ms=2.0, target_ms={1: 60.0, 2: 76.0, 7: 156.0})
+    halves = [torch.tensor([True, False, True, False]), torch.tensor([False, True, False, True])]
+    lengths = {}
+    for prior_weight in (4.0, 1.0):
+        schedule = _schedule(CostAwareDraftPolicy(costs=costs, prior_weight=prior_weight), batch=4)
+        steps = [_batch_step(schedule, torch.zeros(4, dtype=torch.bool))]
+        steps += [_batch_step(schedule, halves[i % 2]) for i in range(12)]
+        lengths[prior_weight] = steps
+    assert min(lengths[4.0]) >= 1
+    assert lengths[1.0][1] == 0
 
 
 def test_rows_in_a_batch_track_their_own_acceptance():
