@@ -272,8 +272,6 @@ def run_data(args: argparse.Namespace) -> int:
     """Handler of ``hf-specdec distill-data``."""
     import torch
 
-    from hf_specdec.cpu import computes_bf16
-
     from .magpie_data import DataSettings, generate_data, summarize
 
     if args.engine == "llama-cpp":
@@ -282,9 +280,9 @@ def run_data(args: argparse.Namespace) -> int:
     else:
         if args.threads:
             torch.set_num_threads(args.threads)
-        dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if computes_bf16() else "float32")
-        target, tokenizer = _load_target(args.target, getattr(torch, dtype))
-        engine, described = None, {"engine": "torch", "dtype": dtype}
+        dtype = _dtype(args.dtype, otherwise=torch.float32)
+        target, tokenizer = _load_target(args.target, dtype)
+        engine, described = None, {"engine": "torch", "dtype": str(dtype).removeprefix("torch.")}
     settings = DataSettings(
         seed=args.seed, chunk=args.chunk, max_new_tokens=args.max_new_tokens, max_request_tokens=args.max_request_tokens,
         sampled_fraction=args.sampled_fraction, template_fraction=args.template_fraction,
@@ -342,14 +340,15 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _feature_dtype(choice: str):
-    """--feature-dtype as a torch dtype (None: the target's own)."""
+def _dtype(choice: str, otherwise):
+    """A --dtype / --feature-dtype choice as a torch dtype: "auto" is bfloat16 where the CPU computes it
+    (`hf_specdec.cpu.computes_bf16`), else `otherwise` (None: the target's own)."""
     import torch
 
     from hf_specdec.cpu import computes_bf16
 
     if choice == "auto":
-        return torch.bfloat16 if computes_bf16() else None
+        return torch.bfloat16 if computes_bf16() else otherwise
     return getattr(torch, choice)
 
 
@@ -374,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
             lr=args.lr or 3e-4, max_minutes=args.max_minutes, eval_every=args.eval_every, gamma=args.gamma,
             seed=args.seed, progress=not args.quiet, checkpoint_every=args.checkpoint_every, resume=args.resume,
             eval_set=args.eval_set, live_features=args.live_features,
-            feature_dtype=_feature_dtype(args.feature_dtype), tv_weight=args.tv_weight,
+            feature_dtype=_dtype(args.feature_dtype, otherwise=None), tv_weight=args.tv_weight,
         )
         print(json.dumps({k: v for k, v in metrics.items() if k != "history"}, indent=2))
         return 0
