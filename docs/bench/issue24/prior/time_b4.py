@@ -1,4 +1,5 @@
-"""Session f: default vs fixed gamma at batch B (bf16, head v3, greedy, 48 tokens), 16 chat prompts, interleaved, 2 rounds."""
+"""Session f: plain, fixed gamma 1 and 2, the default and CostAwareDraftPolicy(prior_weight=8 / 16) at batch B (argv[1]; bf16, head v3,
+greedy unless argv[2] == "sampled", 48 tokens), 16 chat prompts, one warm-up round, then 3 interleaved rounds."""
 import sys, time, torch
 import hf_specdec
 from hf_specdec.smollm2 import load_smollm2
