@@ -10,7 +10,7 @@ seen >> unseen: more data of the same kind lifts alpha. seen ~ unseen >> heldout
 the lever. All alike: capacity or training, not data.
 
     python docs/bench/issue25/alpha_by_origin.py HEAD_DIR [HEAD_DIR ...] --seen work/distill/magpie-l0.jsonl \
-        --unseen work/distill/magpie-l2.jsonl --heldout work/distill/heldout-responses.jsonl
+        --unseen work/distill/magpie-l2.jsonl --heldout work/distill/heldout-responses.jsonl [--train-data FILE ...]
 """
 import argparse
 import json
@@ -25,8 +25,9 @@ from hf_specdec.eagle import load_feature_head
 from hf_specdec.smollm2 import load_smollm2
 
 
-def greedy(path: str, n: int, cap: int, prompts=None) -> list[Record]:
-    records = [r for r in read_records(path) if r.greedy and r.response_len > 2 and (prompts is None or r.prompt in prompts)]
+def greedy(path: str, n: int, cap: int, prompts=None, exclude=frozenset()) -> list[Record]:
+    records = [r for r in read_records(path) if r.greedy and r.response_len > 2 and (prompts is None or r.prompt in prompts)
+               and tuple(r.ids[: r.prompt_len]) not in exclude]
     return [Record(r.ids[: r.prompt_len + cap], r.prompt_len, True) for r in records[:n]]
 
 
@@ -36,6 +37,8 @@ def main() -> None:
     parser.add_argument("--seen", required=True)
     parser.add_argument("--unseen", required=True)
     parser.add_argument("--heldout", required=True)
+    parser.add_argument("--train-data", action="append", default=[],
+                        help="a training file: unseen records whose prompt (token ids) is also in it are skipped")
     parser.add_argument("--n", type=int, default=48)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1)
@@ -44,9 +47,10 @@ def main() -> None:
     target, _ = load_smollm2(torch.float32)
     heads = {path: load_feature_head(path) for path in args.heads}
     layers = sorted({layer for head in heads.values() for layer in head.feature_layers_for(30)} | {30})
+    trained = frozenset(tuple(r.ids[: r.prompt_len]) for path in args.train_data for r in read_records(path))
     for origin, path, prompts in (("seen", args.seen, None), ("unseen", args.unseen, None),
                                   ("heldout", args.heldout, set(HELDOUT_REQUESTS))):
-        records = greedy(path, args.n, args.max_new_tokens, prompts)
+        records = greedy(path, args.n, args.max_new_tokens, prompts, trained if origin == "unseen" else frozenset())
         store = features_in_memory(target, records, layers)
         for name, head in heads.items():
             agreement = evaluate_feature_head(head, target, records, store, depth=4)

@@ -2,8 +2,10 @@
 # issue 25, session f (started ~23:10 UTC after work/distill/magpie-l3.jsonl was complete): the next head from
 # version 3's 8,192-token parent over all 5.5M response tokens made so far (l2, seed 4, and l3, seed 5, new), with
 # the rejection-rate term (--tv-weight 1, session e's A/B: +0.003 alpha in 200 steps), states of new files in bf16
-# (--feature-dtype auto on this Zen 5). The first ~30 minutes extract l2 and l3's states. 240-minute budget over
-# several sessions: rerun this same command to resume (the schedule follows the clock).
+# (--feature-dtype auto on this Zen 5). The first ~30 minutes extract l2 and l3's states. Rerun this same command
+# to resume (the schedule follows the clock). Session f's run with a 240-minute clock was stopped at step 136 (its
+# checkpoint at step 100); session g started it over (23:56 UTC) with the 100 minutes one session leaves for
+# training, so the schedule anneals within the session that measures the head.
 # Afterwards: hf-specdec distill-narrow --head work/distill/head-v4 --like drafters/smollm2-135m-instruct-eagle3 \
 #     --out work/distill/head-v4-4k, then docs/bench/issue25/v3/finish_v3.sh's evaluations with head-v4(-4k) and
 #     --train-data for every file below (l2 and l3 included).
@@ -14,5 +16,5 @@ exec .venv/bin/hf-specdec distill --kind feature --target smollm2 --out work/dis
     --extra-data work/distill/magpie-l3.jsonl --extra-data work/distill/magpie-s1-a.jsonl \
     --extra-data work/distill/shared_corpus.jsonl --extra-data work/distill/shared_magpie.jsonl \
     --eval-set heldout --num-eval-prompts 48 --max-new-tokens 96 --tv-weight 1 \
-    --ttt-steps 3 --steps 40000 --batch-size 8 --lr 3e-4 --max-minutes 240 \
+    --ttt-steps 3 --steps 40000 --batch-size 8 --lr 3e-4 --max-minutes 100 \
     --eval-every 200 --checkpoint-every 100 --resume --threads 2
