@@ -6,9 +6,7 @@
 # to resume (the schedule follows the clock). Session f's run with a 240-minute clock was stopped at step 136 (its
 # checkpoint at step 100); session g started it over (23:56 UTC) with the 100 minutes one session leaves for
 # training, so the schedule anneals within the session that measures the head.
-# Afterwards: hf-specdec distill-narrow --head work/distill/head-v4 --like drafters/smollm2-135m-instruct-eagle3 \
-#     --out work/distill/head-v4-4k, then docs/bench/issue25/v3/finish_v3.sh's evaluations with head-v4(-4k) and
-#     --train-data for every file below (l2 and l3 included).
+# Afterwards: finish_v4.sh (narrowing and the evaluations), bench_v4.sh and bench_v3_v4.sh (speed).
 cd /work/main
 exec .venv/bin/hf-specdec distill --kind feature --target smollm2 --out work/distill/head-v4 \
     --init-from work/distill/head-v3 --data work/distill/magpie-l0.jsonl --no-generate \
