@@ -17,7 +17,7 @@ import json
 import torch
 from torch.nn import functional as F
 
-from hf_specdec.distill.data import Record, read_records
+from alpha_by_origin import greedy  # this folder's: the first n greedy records, cut to cap new tokens
 from hf_specdec.distill.feature_head import _scores, _step_mask, make_batch, unrolled_states
 from hf_specdec.distill.features import features_in_memory
 from hf_specdec.distill.heldout_requests import HELDOUT_REQUESTS
@@ -65,9 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target, _ = load_smollm2(torch.float32)
-    prompts = set(HELDOUT_REQUESTS) if args.hand_written else None
-    records = [Record(r.ids[: r.prompt_len + args.max_new_tokens], r.prompt_len, True) for r in read_records(args.records)
-               if r.greedy and r.response_len > 2 and (prompts is None or r.prompt in prompts)][: args.n]
+    records = greedy(args.records, args.n, args.max_new_tokens, set(HELDOUT_REQUESTS) if args.hand_written else None)
     heads = {path: load_feature_head(path) for path in args.heads}
     layers = sorted({layer for head in heads.values() for layer in head.feature_layers_for(30)} | {30})
     store = features_in_memory(target, records, layers)

@@ -15,16 +15,11 @@ import time
 
 import torch
 
-from hf_specdec.distill.data import Record, read_records
+from alpha_by_origin import greedy  # this folder's: the first n greedy records, cut to cap new tokens
 from hf_specdec.distill.feature_head import evaluate_feature_head, train_feature_head
 from hf_specdec.distill.features import features_in_memory
 from hf_specdec.eagle import load_feature_head
 from hf_specdec.smollm2 import load_smollm2
-
-
-def greedy(path: str, n: int, cap: int) -> list[Record]:
-    records = [r for r in read_records(path) if r.greedy and r.response_len > 2]
-    return [Record(r.ids[: r.prompt_len + cap], r.prompt_len, True) for r in records[:n]]
 
 
 def main() -> None:

@@ -7,12 +7,13 @@
 # checkpoint at step 100); session g started it over (23:56 UTC) with the 100 minutes one session leaves for
 # training, so the schedule anneals within the session that measures the head.
 # Afterwards: finish_v4.sh (narrowing and the evaluations), bench_v4.sh and bench_v3_v4.sh (speed).
+# OUT, INIT and SEED run the same recipe as another leg (docs/bench/issue25/v5/train-v5.sh); the defaults are v4's.
 cd /work/main
-exec .venv/bin/hf-specdec distill --kind feature --target smollm2 --out work/distill/head-v4 \
-    --init-from work/distill/head-v3 --data work/distill/magpie-l0.jsonl --no-generate \
+exec .venv/bin/hf-specdec distill --kind feature --target smollm2 --out ${OUT:-work/distill/head-v4} \
+    --init-from ${INIT:-work/distill/head-v3} --data work/distill/magpie-l0.jsonl --no-generate \
     --extra-data work/distill/magpie-l1.jsonl --extra-data work/distill/magpie-l2.jsonl \
     --extra-data work/distill/magpie-l3.jsonl --extra-data work/distill/magpie-s1-a.jsonl \
     --extra-data work/distill/shared_corpus.jsonl --extra-data work/distill/shared_magpie.jsonl \
     --eval-set heldout --num-eval-prompts 48 --max-new-tokens 96 --tv-weight 1 \
     --ttt-steps 3 --steps 40000 --batch-size 8 --lr 3e-4 --max-minutes 100 \
-    --eval-every 200 --checkpoint-every 100 --resume --threads 2
+    --eval-every 200 --checkpoint-every 100 --resume --threads 2 --seed ${SEED:-0}
