@@ -3,7 +3,7 @@ once and reused.
 
 Contract: `step_costs(target, drafter, batch_size, device, widths, do_sample)` returns a `StepCosts` (ms
 of one drafter step, ms of a target forward scoring w tokens per row, and ms of whole steps of the
-decoding loop with 0 and 1 drafts) for this target, drafter, device, dtype, batch size, sampling mode
+decoding loop with 0, 1 and 2 drafts) for this target, drafter, device, dtype, batch size, sampling mode
 and torch thread count. The first request times a few forwards on scratch caches and a few steps of
 scratch generate() calls (never the call's own) and stores the result in a process-wide registry; later
 requests, from any thread, get the stored numbers, so decisions made from them repeat exactly within a
@@ -40,6 +40,11 @@ REPEATS = 5
 LOOP_CONTEXT = CONTEXT  # as long as the forwards' context: attention over it grows with the width
 LOOP_STEPS = 6
 LOOP_ROUNDS = 2
+#: The most drafts per row whose whole loop steps are timed (longer drafts are priced from the longest timed).
+#: Two, not one: scaling the plain step by the forwards' width ratio priced a 2-draft step at batch 4 at 1.22x a
+#: 1-draft step where the bench measured ~1.1x, so the default drafted 1 where 2 paid (1.09x against 1.23x plain;
+#: docs/bench/issue24/b4-pricing). The ratio scales the loop's own work too, which does not grow with the width.
+LOOP_DRAFTS = 2
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,8 @@ class StepCosts:
     """Milliseconds of one drafting step (one drafted token per row) and of target forwards that score
     `w` tokens per row, at one batch size; widths that were not timed are interpolated linearly.
 
-    `loop_ms` are whole steps of the decoding loop with 0 and 1 drafts per row ({0: ms, 1: ms}), timed
-    through generate(): they hold what isolated forwards leave out (the loop's own work per step and per
+    `loop_ms` are whole steps of the decoding loop with 0, 1 (and 2) drafts per row ({0: ms, 1: ms, 2: ms}),
+    timed through generate(): they hold what isolated forwards leave out (the loop's own work per step and per
     drafted token, the drafter's processing and sampling), and `step_ms` prices every draft length from
     them. Without them (costs pinned by hand) a step is priced from the forwards alone.
 
@@ -58,7 +63,7 @@ class StepCosts:
 
     draft_ms: float
     target_ms: tuple[tuple[int, float], ...]  # (width, ms), widths ascending
-    loop_ms: tuple[tuple[int, float], ...] = ()  # (drafts per row, ms of a whole loop step): 0 and 1, or none
+    loop_ms: tuple[tuple[int, float], ...] = ()  # (drafts per row, ms of a whole loop step): 0, 1 (, 2), or none
 
     def __post_init__(self) -> None:
         for name in ("target_ms", "loop_ms"):
@@ -67,8 +72,9 @@ class StepCosts:
             object.__setattr__(self, name, tuple(sorted((int(w), float(ms)) for w, ms in pairs)))
         if not self.target_ms or self.target_ms[0][0] != 1:
             raise ValueError("StepCosts needs the cost of a 1-token target forward (width 1).")
-        if self.loop_ms and [k for k, _ in self.loop_ms] != [0, 1]:
-            raise ValueError("StepCosts.loop_ms holds the loop steps with 0 and 1 drafts per row ({0: ms, 1: ms}).")
+        if self.loop_ms and [k for k, _ in self.loop_ms] not in ([0, 1], [0, 1, 2]):
+            raise ValueError("StepCosts.loop_ms holds the loop steps with 0, 1 and optionally 2 drafts per row "
+                             "({0: ms, 1: ms} or {0: ms, 1: ms, 2: ms}).")
 
     def verify_ms(self, width: int) -> float:
         table = dict(self.target_ms)
@@ -97,15 +103,24 @@ class StepCosts:
 
     def step_ms(self, num_drafts: int) -> float:
         """Milliseconds of a loop step that drafts `num_drafts` tokens per row (0: a plain step). With measured
-        loop steps: the plain step scaled by the forwards' width ratio v(k + 1) / v(1), plus k times
-        `draft_overhead_ms`; so step_ms(0) and step_ms(1) are the measured steps (absolute times come from the
-        loop steps alone, timed in turns, and only ratios from the forwards, timed at another moment). Without:
-        num_drafts * draft_ms + verify_ms(num_drafts + 1)."""
-        verify = self.verify_ms(num_drafts + 1)
+        loop steps: the measured step for a timed length; a longer one is the longest timed step plus what
+        `_scaled_ms` adds from there (absolute times come from the loop steps alone, timed in turns, and only
+        ratios from the forwards, timed at another moment). Without: num_drafts * draft_ms + verify_ms(num_drafts + 1)."""
         if not self.loop_ms:
-            return num_drafts * self.draft_ms + verify
+            return num_drafts * self.draft_ms + self.verify_ms(num_drafts + 1)
+        loop = dict(self.loop_ms)
+        if num_drafts in loop:
+            return loop[num_drafts]
+        longest = max(loop)
+        return loop[longest] + self._scaled_ms(num_drafts) - self._scaled_ms(longest)
+
+    def _scaled_ms(self, num_drafts: int) -> float:
+        """The plain loop step scaled by the forwards' width ratio v(k + 1) / v(1), plus k times
+        `draft_overhead_ms` (the measured steps at k = 0 and 1, unless that overhead was clamped). It overprices
+        long drafts at batch > 1 (the loop's own work does not grow with the width), so it prices only beyond the
+        timed steps."""
         plain = dict(self.loop_ms)[0]
-        return plain * verify / self.verify_ms(1) + num_drafts * self.draft_overhead_ms()
+        return plain * self.verify_ms(num_drafts + 1) / self.verify_ms(1) + num_drafts * self.draft_overhead_ms()
 
 
 #: The tree whose loop steps are timed for `TreeCosts` (top_k, depth, nodes): two levels, so that what a tree
@@ -236,7 +251,7 @@ def measure(
     keeps its fastest round, because noise (another process, a frequency dip) only ever adds time: a
     median let one slow stretch of 1-token forwards (72 vs 94 ms in two calibrations on this machine) make
     every wider forward look cheap. With `loop_steps`, whole steps of the loop with 0 and 1 drafts are
-    timed too (`measure_loop_steps`)."""
+    timed too, and with 2 where `widths` reach 3 (`measure_loop_steps`)."""
     generator = torch.Generator().manual_seed(0)
     vocab = target.config.get_text_config().vocab_size
     length = CONTEXT + max(widths) + 2
@@ -277,7 +292,9 @@ def measure(
 
     draft()  # warm-up (and the drafter's own prefill)
     draft_ms = _fastest_ms(draft)
-    loop_ms = measure_loop_steps(target, drafter, batch_size, device, do_sample, vocab_size, generation_config) if loop_steps else ()
+    most = max(1, min(LOOP_DRAFTS, max(widths) - 1))  # a policy that never drafts 2 needs no 2-draft step
+    loop_ms = measure_loop_steps(target, drafter, batch_size, device, do_sample, vocab_size, generation_config,
+                                 most) if loop_steps else ()
     return StepCosts(draft_ms=draft_ms, target_ms=target_ms, loop_ms=loop_ms)
 
 
@@ -351,16 +368,18 @@ class _Vetted(Drafter):
 
 def measure_loop_steps(
     target, drafter: Drafter, batch_size: int, device: torch.device, do_sample: bool, vocab_size: int | None = None,
-    generation_config=None,
+    generation_config=None, most_drafts: int = LOOP_DRAFTS,
 ) -> dict[int, float]:
-    """{0: ms, 1: ms}: whole steps of the decoding loop (draft, verify, process, commit, roll back, the
-    drafter's catch-up) with 0 and 1 drafts per row, each the time between consecutive verifications of a
-    scratch generate() call over LOOP_CONTEXT random tokens per row (the median of its LOOP_STEPS steps; the
-    fastest of LOOP_ROUNDS calls, taken in turns like the forwards).
-    Random drafts are rejected, so every step scores 1 + drafts tokens and commits one, as a useless
-    drafter's would. `vocab_size`: the width the asking call's check agreed on (None: check here, without
-    tokenizers); `generation_config`: the asking call's, so the scratch steps run its processors."""
-    policies = {num_drafts: _ClockedPolicy(max_gamma=1, num_drafts=num_drafts) for num_drafts in (0, 1)}
+    """{0: ms, 1: ms, ...}: whole steps of the decoding loop (draft, verify, process, commit, roll back, the
+    drafter's catch-up) with 0 to `most_drafts` (1 or 2) drafts per row, each the time between consecutive
+    verifications of a scratch generate() call over LOOP_CONTEXT random tokens per row (the median of its
+    LOOP_STEPS steps; the fastest of LOOP_ROUNDS calls, taken in turns like the forwards).
+    Drafts after random tokens are mostly rejected, so a step scores 1 + drafts tokens and commits one, as a
+    useless drafter's would. `vocab_size`: the width the asking call's check agreed on (None: check here,
+    without tokenizers); `generation_config`: the asking call's, so the scratch steps run its processors."""
+    if most_drafts not in (1, 2):
+        raise ValueError(f"most_drafts must be 1 or 2, got {most_drafts!r}.")
+    policies = {k: _ClockedPolicy(max_gamma=max(1, k), num_drafts=k) for k in range(most_drafts + 1)}
     return _time_scratch_steps(target, drafter, batch_size, device, do_sample, vocab_size, generation_config, policies)
 
 

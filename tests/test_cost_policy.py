@@ -455,9 +455,29 @@ def test_measured_loop_steps_price_every_draft_length():
     assert StepCosts(draft_ms=1.0, target_ms={1: 60.0, 2: 90.0}, loop_ms={0: 60.0, 1: 80.0}).draft_overhead_ms() == 0.0
 
 
+def test_a_timed_two_draft_step_prices_two_drafts_and_anchors_longer_ones():
+    # Batch 4, bf16, head version 4 on Zen 5 (docs/bench/issue24/b4-pricing): plain and 1-draft loop steps 31.15 and
+    # 41.62 ms, forward width ratios 1.183 (2 tokens) and 1.327 (3). Scaling the plain step by 1.327 prices 2 drafts at
+    # 50.9 ms, and at acceptance 0.5 one draft wins (1.5 / 41.62 > 1.75 / 50.9). Timed, a 2-draft step costs ~1.1x a
+    # 1-draft step (45.8 ms here, as the bench measured it): then 2 drafts win, as they did in the bench (1.23x against
+    # 1.09x plain).
+    target_ms = {1: 30.0, 2: 30.0 * 1.183, 3: 30.0 * 1.327, 4: 30.0 * 1.394, 5: 30.0 * 1.501}
+    scaled = StepCosts(draft_ms=1.5, target_ms=target_ms, loop_ms={0: 31.15, 1: 41.62})
+    timed = StepCosts(draft_ms=1.5, target_ms=target_ms, loop_ms={0: 31.15, 1: 41.62, 2: 45.8})
+    alpha = torch.full((4,), 0.5)
+    assert scaled.step_ms(2) == pytest.approx(31.15 * 1.327 + 2 * (41.62 - 31.15 * 1.183))
+    assert best_draft_length(alpha, scaled, 4, 0.02) == 1
+    assert timed.step_ms(2) == 45.8 and best_draft_length(alpha, timed, 4, 0.02) == 2
+    # Longer drafts: the timed 2-draft step plus what the scaled model adds from 2 to k.
+    for k in (3, 4):
+        assert timed.step_ms(k) == pytest.approx(45.8 + scaled.step_ms(k) - scaled.step_ms(2))
+    assert [timed.step_ms(k) for k in (0, 1)] == [31.15, 41.62]
+
+
 def test_loop_step_costs_need_both_lengths():
-    with pytest.raises(ValueError):
-        StepCosts(draft_ms=1.0, target_ms={1: 60.0}, loop_ms={1: 70.0})
+    for loop_ms in ({1: 70.0}, {0: 60.0, 2: 80.0}, {0: 60.0, 1: 70.0, 3: 90.0}):
+        with pytest.raises(ValueError):
+            StepCosts(draft_ms=1.0, target_ms={1: 60.0}, loop_ms=loop_ms)
 
 
 def test_calibration_times_whole_loop_steps_through_generate(target, partial_drafter):
@@ -473,11 +493,12 @@ def test_calibration_times_whole_loop_steps_through_generate(target, partial_dra
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(calibration._ClockedSchedule, "update", counting)
         loop = calibration.measure_loop_steps(target, drafter, 2, torch.device("cpu"), do_sample=True)
-    assert set(loop) == {0, 1} and all(ms > 0 for ms in loop.values())
+    assert set(loop) == {0, 1, 2} and all(ms > 0 for ms in loop.values())
     calls = {}
     for call, k, _ in stats:  # a call's drafts per step (its last step has no room to draft)
         calls[call] = max(calls.get(call, 0), k)
-    assert sorted(calls.values()) == [0] * calibration.LOOP_ROUNDS + [1] * calibration.LOOP_ROUNDS  # in turns
+    assert sorted(calls.values()) == [k for k in (0, 1, 2) for _ in range(calibration.LOOP_ROUNDS)]
+    assert list(calls.values())[:3] == [0, 1, 2]  # in turns
     assert max(rows for _, _, rows in stats) == 2
     # A call with accepted drafts takes fewer steps; every call takes at most LOOP_STEPS + 1.
     steps = [sum(1 for call, _, _ in stats if call == c) for c in calls]
@@ -489,7 +510,7 @@ def test_a_model_whose_saved_config_beams_still_calibrates_its_loop_steps(partia
     model = tiny_models.llama(seed=0)
     model.generation_config.num_beams = 4
     costs = calibration.measure(model, hf_specdec.ModelDrafter(partial_drafter), 1, torch.device("cpu"), (1, 2))
-    assert [k for k, _ in costs.loop_ms] == [0, 1]
+    assert [k for k, _ in costs.loop_ms] == [0, 1]  # widths up to 2: a policy that never drafts 2 times no 2-draft step
     assert model.generation_config.num_beams == 4  # unchanged
 
 
