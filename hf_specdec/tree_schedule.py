@@ -144,17 +144,19 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
         if rows.any() and not self.given_up():
             # Deeper trees only as acceptances come in: one level more than a row has accepted so far.
             deepest = min(self.policy.max_gamma, 1 + int(self.total_accepted[rows].max()))
-            self.shape = self.best_shape(deepest)
+            self.shape = self.best_shape(deepest, self.policy.draft_gain(int(rows.sum())))
         if self.shape is None and probing:
             self.shape = self.shapes[0]  # a chain of one
         depth = 0 if self.shape is None else self.shape.max_depth
         return torch.full(rows.shape, depth, dtype=torch.long, device=self.device)
 
-    def best_shape(self, deepest: int) -> TreeDraftPolicy | None:
+    def best_shape(self, deepest: int, draft_gain: float | None = None) -> TreeDraftPolicy | None:
         """The shape at most `deepest` deep with the most committed tokens per millisecond (None: a plain step);
-        as for chains, a shape must beat every cheaper one's rate by `min_gain` to be chosen."""
+        as for chains, a shape must beat every cheaper one's rate by `min_gain` to be chosen, and a plain step by
+        `draft_gain` (default `min_gain`)."""
         ranks = [round(a / 0.02) * 0.02 for a in self.ranks()]  # decisions are remembered per rounded estimate
-        key = (deepest, *ranks)
+        first_gain = self.policy.min_gain if draft_gain is None else draft_gain
+        key = (deepest, first_gain, *ranks)
         if key not in self._choices:
             tokens = {}  # (top_k, depth) -> expected tokens by node count: one best-first pass serves every size
             best, best_rate = None, 1.0 / self.costs.step_ms(0)
@@ -166,7 +168,7 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
                     tokens[shape.top_k, shape.max_depth] = list(itertools.accumulate(values, initial=1.0))
                 by_nodes = tokens[shape.top_k, shape.max_depth]
                 rate = by_nodes[min(shape.max_nodes, len(by_nodes) - 1)] / ms
-                if rate > best_rate * (1 + self.policy.min_gain):
+                if rate > best_rate * (1 + (first_gain if best is None else self.policy.min_gain)):
                     best, best_rate = shape, rate
             self._choices[key] = best
         return self._choices[key]
