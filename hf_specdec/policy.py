@@ -174,9 +174,9 @@ class CostAwareDraftPolicy(DraftPolicy):
     so far, is at least the break-even acceptance of one draft: an unlucky stretch pulled the decayed
     estimate down), the first probe comes after `probe_after` plain steps. Otherwise the first run waits as
     many plain steps as keep a probe's expected net cost (a drafter step and a 2-token instead of a 1-token
-    forward, less what its draft saves at the call's acceptance so far) within `probe_budget` of the plain
-    steps' time (at least `probe_after`): a drafter just short of the break-even is probed again soon, one
-    that accepted nothing waits the whole extra cost's worth. Each probe that
+    forward, less what its draft saves at the call's acceptance so far, in a batch its slowest row's: the batch
+    waits for that row) within `probe_budget` of the plain steps' time (at least `probe_after`): a drafter just
+    short of the break-even is probed again soon, one that accepted nothing waits the whole extra cost's worth. Each probe that
     does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when fewer steps are
     left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one: what a probe
     can win comes from the steps after it. In a batch a probe drafts for every row,
@@ -393,7 +393,15 @@ class CostAwareSchedule(DraftSchedule):
             elif self.run_probed:  # a probe that accepted nothing, or did not pay: wait twice as long
                 self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
             else:  # the call's first run did not pay: wait as long as the probe budget says, at its acceptance
-                self.probe_interval = self._budgeted_interval(call_rate)
+                self.probe_interval = self._budgeted_interval(self._slowest_rate())
+
+    def _slowest_rate(self) -> float:
+        """The call's per-token acceptance so far in its slowest active row (one row: the call's): what a probe's
+        draft is credited with. A batch runs until its slowest row is done, so the other rows' accepted drafts
+        save it no step (a CPU step costs the same however many of its rows are still active)."""
+        rows = [row for row in self._active.nonzero().flatten().tolist()
+                if self.total_accepted[row] + self.total_rejected[row] > 0]
+        return min((_rate(int(self.total_accepted[row]), int(self.total_rejected[row])) for row in rows), default=0.0)
 
     def _budgeted_interval(self, rate: float) -> int:
         """Plain steps to wait before a probe so that its expected net cost stays within `probe_budget` of the

@@ -400,6 +400,22 @@ def _batch_step(schedule, accepting):
     return int(drafted.max())
 
 
+def test_in_a_batch_a_probes_wait_credits_only_the_slowest_rows_acceptance():
+    # A batch runs until its slowest row is done, so after a first run that did not pay, the wait before a probe
+    # credits the slowest row's acceptance, not the pooled one. Batch 2 on STEEP (break-even with the batch bar
+    # 93 * 1.05 / 60 - 1 = 0.63): row 0 accepts every other step's drafts, row 1 (a) the same (rate 0.5 in both:
+    # a probe's net cost 3 ms, 5 plain steps at the 1 % budget) or (b) nothing (slowest rate 0: the whole 33 ms, 55
+    # steps; pooled, the rate ~0.25 would have given ~30).
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7)
+    waits = {}
+    for name, other in (("both half", True), ("half and none", False)):
+        schedule = _schedule(policy, batch=2)
+        lengths = [_batch_step(schedule, torch.tensor([i % 2 == 0, other and i % 2 == 0])) for i in range(60)]
+        stop = lengths.index(0)
+        waits[name] = lengths.index(1, stop) - stop if 1 in lengths[stop:] else None
+    assert waits == {"both half": 5, "half and none": 55}
+
+
 def test_in_a_batch_a_probe_one_row_accepts_is_not_taken_for_a_useful_drafter():
     # Batch 4: row 0 accepts every draft, the other three none, so a probe always accepts a token, but the
     # per-token acceptance is 1/4, below STEEP's break-even 0.58: the waits double as after failed probes.
