@@ -135,6 +135,10 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
     feature_rows = sections["feature"]["rows"]
     assert {row["gamma"] for row in feature_rows} == {1, 2, 3, 4, "default"}
     assert 0 <= min(row["alpha"] for row in feature_rows if "alpha" in row) and sections["feature"]["step_cost_ratio"] > 0
+    for row in feature_rows:  # the default's rows say what it decided with; fixed gammas decide nothing
+        assert ("costs_ms" in row) == (row["gamma"] == "default")
+        if row["gamma"] == "default":
+            assert all(float(ms) > 0 for ms in row["costs_ms"].split("; steps ")[1].split(" / "))
     goals = {goal["goal"] for goal in results["goals"]}
     assert "feature head step / target step <= 0.08" in goals
     assert any(goal.startswith("default, unrelated drafter") for goal in goals)

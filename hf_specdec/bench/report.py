@@ -48,7 +48,7 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens_per_s", "tokens/s"),
         ("speedup", "vs plain"), ("speedup_of_totals", "vs plain, totals"),
         ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"),
-        ("exact", "= plain greedy"),
+        ("exact", "= plain greedy"), ("costs_ms", "costs ms"), ("break_even", "break-even"),
     ],
     "trees": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("acceptance_rate", "acceptance"),

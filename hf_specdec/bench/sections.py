@@ -142,9 +142,10 @@ def _decided_with(bench: Bench, drafter, batch_size: int, mode: str) -> dict[str
     if costs is None:
         return {}
     schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, drafter, batch_size, device)
+    timed = [k for k, _ in costs.loop_ms] or [0, 1]  # loop steps the calibration timed (0, 1 and maybe 2 drafts)
     return {
         "costs_ms": f"{costs.draft_ms:.1f}, {costs.verify_ms(1):.1f} / {costs.verify_ms(2):.1f}; "
-                    f"steps {costs.step_ms(0):.1f} / {costs.step_ms(1):.1f}",
+                    f"steps {' / '.join(f'{costs.step_ms(k):.1f}' for k in timed)}",
         "break_even": round(schedule.break_even, 3),
     }
 
@@ -195,10 +196,10 @@ def default(bench: Bench) -> Result:
             "The unrelated drafter has the drafter's architecture and vocabulary and fresh random weights: it never "
             "agrees, so these rows show what the default costs when speculation cannot pay.",
             "costs ms = what the default decided with (hf_specdec.calibration, timed during the warm-up call): one "
-            "drafting step, target forwards of 1 / 2 tokens per row, then the whole loop steps with 0 / 1 drafts "
-            "(timed through generate(), what the policy prices with); break-even = the per-token acceptance at "
-            "which one draft per step pays under them (2 % margin). Timed on a busy machine, they can differ from "
-            "one run to the next, and the decisions with them.",
+            "drafting step, target forwards of 1 / 2 tokens per row, then the whole loop steps with 0 / 1 (/ 2) "
+            "drafts (timed through generate(), what the policy prices with); break-even = the per-token acceptance "
+            "at which one draft per step pays under them (2 % margin; 5 % in batches). Timed on a busy machine, they "
+            "can differ from one run to the next, and the decisions with them.",
         ],
     }
 
@@ -220,6 +221,7 @@ def feature(bench: Bench) -> Result:
             methods = [(bench.specdec(g, drafter, "feature"), {"method": "feature head", "gamma": g}) for g in gammas]
             methods.append((bench.specdec(None, drafter, "feature"), {"method": "feature head, default", "gamma": "default"}))
             group = bench.rows_side_by_side(methods, mode, size)
+            group[-1].update(_decided_with(bench, drafter, size, mode))
             if gammas:
                 runs = bench.run_side_by_side([method for method, _ in methods], mode, size)[1:]
                 for row, run, g in zip(group, runs, gammas):
@@ -236,6 +238,8 @@ def feature(bench: Bench) -> Result:
             "alpha = per-token acceptance along the decoded path (accepted / (accepted + rejections)) at that gamma.",
             "head / target step: one drafting step of the head and one 1-token target forward, batch 1, timed by "
             "hf_specdec.calibration (the loop's own forwards, fastest of 5).",
+            "costs ms and break-even of the default rows: as in the default section (the head's drafting step, "
+            "target forwards of 1 / 2 tokens per row, whole loop steps with 0 / 1 / 2 drafts).",
         ],
     }
 
