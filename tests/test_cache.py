@@ -76,3 +76,40 @@ def test_a_prefill_spliced_into_a_running_batch_continues_exactly(target):
     logits = batch.forward(sequences, pad, torch.tensor([8, 7, 10]), 1)[0][:, 0]
     for row, end in enumerate((8, 7, 10)):
         assert torch.allclose(logits[row], fresh_logits(target, sequences[row, :end].tolist()), atol=1e-4), row
+
+
+def test_in_a_batch_the_loop_compacts_the_targets_cache_at_the_steps_width(target, partial_drafter, monkeypatch):
+    # Rows that accept different numbers of drafts leave masked columns, and every later forward attends over them.
+    # The loop compacts once they exceed this step's width + 1 (a fixed chain's room), not max_gamma + 1: drafting one
+    # token a step with max_gamma 6 keeps at most 2 masked columns beyond the longest row. Negative control: the
+    # same call with compaction at max_gamma + 1 lets them grow past 2 (the rows do accept differently).
+    import dataclasses
+
+    import hf_specdec  # noqa: F401
+    from hf_specdec.policy import DraftPolicy
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class OneOfSix(DraftPolicy):  # drafts one token a step, with room for max_gamma
+        def initial_lengths(self, batch_size, device):
+            return torch.ones(batch_size, dtype=torch.long, device=device)
+
+    excess = []
+    rollback = CachedModel.rollback
+
+    def spy(self, keep, slack, forced=None):
+        rollback(self, keep, slack if forced is None else forced)
+        if self.model is target:
+            excess.append(self.valid.shape[1] - int(self.valid.sum(dim=1).max()))
+
+    prompts = torch.tensor([[0, 0, 5, 9, 14], [3, 8, 2, 7, 11], [1, 4, 4, 9, 2]])
+    mask = torch.ones_like(prompts)
+    mask[0, :2] = 0  # left padding
+    outputs = {}
+    for name, forced in (("width + 1", None), ("max_gamma + 1", 7)):
+        excess.clear()
+        monkeypatch.setattr(CachedModel, "rollback", lambda self, keep, slack, f=forced: spy(self, keep, slack, f))
+        outputs[name] = target.generate(input_ids=prompts, attention_mask=mask, drafter=partial_drafter,
+                                        gamma=OneOfSix(max_gamma=6), max_new_tokens=40, do_sample=False)
+        outputs[name + " excess"] = max(excess)
+    assert outputs["width + 1 excess"] <= 2 < outputs["max_gamma + 1 excess"]
+    assert torch.equal(outputs["width + 1"], outputs["max_gamma + 1"])  # when the cache compacts changes no token
