@@ -179,13 +179,10 @@ def speculative_decode(
         lens = lens + num_new
 
         # 4. Roll back both caches to the committed tokens; the last one is fed again next step. A plain step fed
-        # committed tokens only: the target's cache keeps them all (unless windows let it forget old ones). In a
-        # batch, rows that accepted fewer drafts leave masked columns; the cache is compacted once they exceed this
-        # step's width + 1, as a fixed chain of that length would: room for max_gamma + 1 (7 for the default) made
-        # every forward attend over masked columns, 4-6 % of a batch-4 call (docs/bench/issue24/slack/).
+        # committed tokens only: the target's cache keeps them all (unless windows let it forget old ones).
         num_valid = lens - first_token  # [batch]
         if width or target.layout.bounded:
-            target.rollback(torch.minimum(target.num_cached, num_valid), slack=width + 1)
+            target.rollback(torch.minimum(target.num_cached, num_valid), slack=max_gamma + 1)
         session.observe(num_valid, features)
         if width:
             step_stats.record_step(active, num_drafted, num_accepted, num_new)
