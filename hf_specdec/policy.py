@@ -176,8 +176,8 @@ class CostAwareDraftPolicy(DraftPolicy):
     many plain steps as keep a probe's expected net cost (a drafter step and a 2-token instead of a 1-token
     forward, less what its draft saves at the call's acceptance so far, in a batch its slowest row's: the batch
     waits for that row) within `probe_budget` of the plain steps' time (at least `probe_after`): a drafter just
-    short of the break-even is probed again soon, one that accepted nothing waits the whole extra cost's worth. Each probe that
-    does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when fewer steps are
+    short of the break-even is probed again soon, one that accepted nothing waits the whole extra cost's worth.
+    Each probe that does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when fewer steps are
     left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one: what a probe
     can win comes from the steps after it. In a batch a probe drafts for every row,
     so some row accepts by chance even when the drafter does not pay; acceptance counts, not a single
@@ -399,9 +399,9 @@ class CostAwareSchedule(DraftSchedule):
         """The call's per-token acceptance so far in its slowest active row (one row: the call's): what a probe's
         draft is credited with. A batch runs until its slowest row is done, so the other rows' accepted drafts
         save it no step (a CPU step costs the same however many of its rows are still active)."""
-        rows = [row for row in self._active.nonzero().flatten().tolist()
-                if self.total_accepted[row] + self.total_rejected[row] > 0]
-        return min((_rate(int(self.total_accepted[row]), int(self.total_rejected[row])) for row in rows), default=0.0)
+        tried = self.total_accepted + self.total_rejected  # [batch]
+        rows = self._active & (tried > 0)
+        return float((self.total_accepted[rows].double() / tried[rows]).min()) if rows.any() else 0.0
 
     def _budgeted_interval(self, rate: float) -> int:
         """Plain steps to wait before a probe so that its expected net cost stays within `probe_budget` of the

@@ -163,10 +163,14 @@ def test_a_first_run_just_short_of_the_break_even_is_probed_again_soon():
     waits = {}
     for name, pattern in (("half", [1, 0] * 30), ("none", [0] * 60)):
         schedule = _schedule(policy)
-        lengths = [_step(schedule, accepted=a) for a in pattern]
-        stop = lengths.index(0)
-        waits[name] = lengths.index(1, stop) - stop if 1 in lengths[stop:] else None
+        waits[name] = _first_wait([_step(schedule, accepted=a) for a in pattern])
     assert waits == {"half": 5, "none": 55}
+
+
+def _first_wait(lengths):
+    """Plain steps between the first run of drafting steps and the first probe after it (None: no probe)."""
+    stop = lengths.index(0)
+    return lengths.index(1, stop) - stop if 1 in lengths[stop:] else None
 
 
 def test_each_row_has_the_whole_prior_and_a_batch_gives_up_a_useless_drafter_by_the_give_up_rule():
@@ -410,9 +414,8 @@ def test_in_a_batch_a_probes_wait_credits_only_the_slowest_rows_acceptance():
     waits = {}
     for name, other in (("both half", True), ("half and none", False)):
         schedule = _schedule(policy, batch=2)
-        lengths = [_batch_step(schedule, torch.tensor([i % 2 == 0, other and i % 2 == 0])) for i in range(60)]
-        stop = lengths.index(0)
-        waits[name] = lengths.index(1, stop) - stop if 1 in lengths[stop:] else None
+        accepting = [torch.tensor([i % 2 == 0, other and i % 2 == 0]) for i in range(60)]
+        waits[name] = _first_wait([_batch_step(schedule, rows) for rows in accepting])
     assert waits == {"both half": 5, "half and none": 55}
 
 
