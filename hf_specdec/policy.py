@@ -187,10 +187,13 @@ class CostAwareDraftPolicy(DraftPolicy):
         max_gamma: most drafts per step considered.
         min_gain: a draft length must beat the best shorter one (0: a plain step) by this fraction of
             its rate (guards against drafting on noise in the measured costs).
-        min_batch_gain: with more than one active row, drafting must beat a plain step by this fraction (at
-            least `min_gain`): a batch call lasts as long as its slowest row, and the tokens summed over rows do
-            not see that. Measured (AMD EPYC Zen 5, avx512_bf16, bf16, head version 4, batch 8, greedy): drafting
-            promised 1-3 % over plain steps and ran 0.95-0.97x plain (docs/bench/issue24/b8/).
+        min_batch_gain: with more than one active row, drafting must beat a plain step, and each longer draft
+            the best shorter one, by this fraction (at least `min_gain`): a batch call lasts as long as its slowest
+            row, and the tokens summed over rows do not see that. Measured (AMD EPYC Zen 5, avx512_bf16, bf16, head
+            version 4): at batch 8 drafting that promised 1-3 % over plain steps ran 0.95-0.97x plain
+            (docs/bench/issue24/b8/); at batch 4 on 48 held-out requests the default with a 2 % bar between lengths
+            drafted 2 where a chain of 1 ran faster, 1.051x plain against 1.094x with this bar for every length
+            (docs/bench/issue24/chaos/).
         give_up_after: rejections (all rows together) after which a call that has accepted no draft stops
             drafting except for probes.
         trees: also consider draft trees (EAGLE-2's, `TreeDraftPolicy` shapes) where the drafter drafts them
@@ -315,6 +318,7 @@ class CostAwareSchedule(DraftSchedule):
         self.plain_steps = 0  # plain steps since the last draft
         self.run_accepted = self.run_rejected = 0  # in the current (or last) run of drafting steps
         self.run_probed = False  # the current (or last) run began with a probe
+        self.stopped = False  # drafting has stopped once in this call (its first run is over)
         self.device = device
         self._active = torch.ones(batch_size, dtype=torch.bool)  # the rows the last decision was made for
         self._skipped = 0  # plain steps that took the shortcut in `update` since the last full update
@@ -331,8 +335,8 @@ class CostAwareSchedule(DraftSchedule):
         if rows.any():
             # Longer drafts only as acceptances come in: one more than the drafts a row accepted so far.
             longest = min(self.policy.max_gamma, 1 + int(self.total_accepted[rows].max()))
-            k = best_draft_length(self.alpha()[rows], self.costs, longest, self.policy.min_gain,
-                                  self.policy.draft_gain(int(rows.sum())))
+            gain = self.policy.draft_gain(int(rows.sum()))  # in a batch, for every longer draft too
+            k = best_draft_length(self.alpha()[rows], self.costs, longest, gain, gain)
             if self.given_up():
                 k = 0
             if k == 0 and probing:
@@ -383,7 +387,10 @@ class CostAwareSchedule(DraftSchedule):
             # win comes from the steps after it. No probe for the rest of the call (plain steps stay cheap).
             probing, self.probe_interval = False, math.inf
         self.lengths = self._lengths(active, probing)
+        if drafted.any() and int(self.lengths.max()) == 0 and self._thin_first_run():
+            self.lengths = torch.ones_like(self.lengths)  # too little evidence yet to stop a drafter that accepts
         if drafted.any() and int(self.lengths.max()) == 0:  # drafting stops here: when to look again
+            self.stopped = True
             policy = self.policy
             call_rate = _rate(int(self.total_accepted.sum()), int(self.total_rejected.sum()))
             paying = max(_rate(self.run_accepted, self.run_rejected), call_rate) >= self.break_even
@@ -394,6 +401,16 @@ class CostAwareSchedule(DraftSchedule):
                 self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
             else:  # the call's first run did not pay: wait as long as the probe budget says, at its acceptance
                 self.probe_interval = self._budgeted_interval(self._slowest_rate())
+
+    def _thin_first_run(self) -> bool:
+        """The call's first run of drafting steps has accepted drafts, but its active rows have tried fewer drafts
+        between them than their priors are worth (`prior_weight` each): too little evidence to end the run, which
+        would wait a probe interval (often the rest of the call) on a few unlucky steps. A drafter that accepted
+        nothing stops as before (`give_up_after`)."""
+        if self.stopped or int(self.total_accepted.sum()) == 0:
+            return False
+        tried = int((self.total_accepted + self.total_rejected)[self._active].sum())
+        return tried < self.policy.prior_weight * int(self._active.sum())
 
     def _slowest_rate(self) -> float:
         """The call's per-token acceptance so far in its slowest active row (one row: the call's): what a probe's

@@ -152,8 +152,8 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
 
     def best_shape(self, deepest: int, draft_gain: float | None = None) -> TreeDraftPolicy | None:
         """The shape at most `deepest` deep with the most committed tokens per millisecond (None: a plain step);
-        as for chains, a shape must beat every cheaper one's rate by `min_gain` to be chosen, and a plain step by
-        `draft_gain` (default `min_gain`)."""
+        as for chains, a shape must beat a plain step and every cheaper shape's rate by `draft_gain` (default
+        `min_gain`; in a batch `min_batch_gain`) to be chosen."""
         ranks = [round(a / 0.02) * 0.02 for a in self.ranks()]  # decisions are remembered per rounded estimate
         first_gain = self.policy.min_gain if draft_gain is None else draft_gain
         key = (deepest, first_gain, *ranks)
@@ -168,7 +168,7 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
                     tokens[shape.top_k, shape.max_depth] = list(itertools.accumulate(values, initial=1.0))
                 by_nodes = tokens[shape.top_k, shape.max_depth]
                 rate = by_nodes[min(shape.max_nodes, len(by_nodes) - 1)] / ms
-                if rate > best_rate * (1 + (first_gain if best is None else self.policy.min_gain)):
+                if rate > best_rate * (1 + first_gain):
                     best, best_rate = shape, rate
             self._choices[key] = best
         return self._choices[key]
