@@ -404,13 +404,13 @@ class CostAwareSchedule(DraftSchedule):
 
     def _thin_first_run(self) -> bool:
         """The call's first run of drafting steps has accepted drafts, but its active rows have tried fewer drafts
-        between them than their priors are worth (`prior_weight` each): too little evidence to end the run, which
-        would wait a probe interval (often the rest of the call) on a few unlucky steps. A drafter that accepted
-        nothing stops as before (`give_up_after`)."""
+        between them than the priors of `THIN_RUN_ROWS` rows are worth (`prior_weight` each; of each row in smaller
+        batches): too little evidence to end the run, which would wait a probe interval (often the rest of the call)
+        on a few unlucky steps. A drafter that accepted nothing stops as before (`give_up_after`)."""
         if self.stopped or int(self.total_accepted.sum()) == 0:
             return False
         tried = int((self.total_accepted + self.total_rejected)[self._active].sum())
-        return tried < self.policy.prior_weight * int(self._active.sum())
+        return tried < self.policy.prior_weight * min(int(self._active.sum()), THIN_RUN_ROWS)
 
     def _slowest_rate(self) -> float:
         """The call's per-token acceptance so far in its slowest active row (one row: the call's): what a probe's
@@ -435,6 +435,14 @@ class CostAwareSchedule(DraftSchedule):
         if self.max_new_tokens is None or not self._active.any():
             return math.inf
         return self.max_new_tokens - int(self._committed[self._active].min())
+
+
+#: A first run that accepted a draft goes on until its rows have tried as many drafts as this many rows' priors are
+#: worth (16 with the default prior): at bf16 batch 4 on 48 held-out requests, 2 of 12 calls of the head (right half
+#: the time) stopped after 8 drafts and ran plain for the rest; at batch 8, 16 drafts come in 2 steps, and asking each
+#: of 8 rows for its prior's worth made the independent drafter (right 0.22 of the time) draft 4: 0.971x plain against
+#: 0.990x (docs/bench/issue24/chaos/).
+THIN_RUN_ROWS = 4
 
 
 def _rate(accepted: int, rejected: int) -> float:

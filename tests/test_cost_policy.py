@@ -660,5 +660,10 @@ def test_a_first_run_that_accepted_a_draft_does_not_stop_on_less_evidence_than_t
 
     assert round(_schedule(policy, batch=4).break_even, 3) == 0.383
     assert lengths() == {"then half": "1" * 32, "then nothing": "1111" + "0" * 28, "nothing": "11" + "0" * 30}
+    # At batch 8 the same opening (one accepted draft, then none) has tried 16 drafts after 2 steps: enough, it stops
+    # there (asking each of 8 rows for its prior's worth made a drafter right 0.22 of the time draft 4 steps).
+    schedule = _schedule(policy, batch=8)
+    eight = [torch.tensor([False, False, True] + [False] * 5)] + [torch.zeros(8, dtype=torch.bool)] * 5
+    assert "".join(str(_batch_step(schedule, rows)) for rows in eight) == "110000"
     monkeypatch.setattr(CostAwareSchedule, "_thin_first_run", lambda self: False)
     assert lengths()["then half"] == "11" + "0" * 30
