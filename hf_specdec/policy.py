@@ -125,24 +125,21 @@ def expected_tokens(alpha: torch.Tensor, num_drafts: int) -> torch.Tensor:
     return sum(alpha**i for i in range(num_drafts + 1))
 
 
-def best_draft_length(
-    alpha: torch.Tensor, costs, max_gamma: int, min_gain: float = 0.0, draft_gain: float | None = None
-) -> int:
+def best_draft_length(alpha: torch.Tensor, costs, max_gamma: int, min_gain: float = 0.0) -> int:
     """The number of drafts k in [0, max_gamma] that maximizes the committed tokens of the rows whose
     acceptance rates are `alpha` ([rows]) per millisecond: sum(expected_tokens) / costs.step_ms(k) (a whole
     loop step with k drafts: measured loop steps, or k * draft_ms + verify_ms(k + 1) for costs pinned by
     hand). A batched forward costs every row the same, so one k serves all rows. A length must beat the
-    best shorter one by `min_gain` (a fraction) to be chosen, and while the best shorter one is a plain step
-    (k = 0), by `draft_gain` (default: `min_gain`): guards against drafting on noise in the measured costs
-    and, in batches, on what the summed tokens do not see (`CostAwareDraftPolicy.min_batch_gain`)."""
+    best shorter one (0: a plain step) by `min_gain` (a fraction) to be chosen: guards against drafting on noise
+    in the measured costs and, in batches, on what the summed tokens do not see (the policy passes
+    `CostAwareDraftPolicy.draft_gain`)."""
     # tokens[k] = sum over rows of 1 + a + ... + a^k, for every k at once (one pass: it runs every step).
     powers = alpha.double()[:, None] ** torch.arange(max_gamma + 1, dtype=torch.float64)  # [rows, max_gamma + 1]
     tokens = powers.cumsum(dim=1).sum(dim=0).tolist()
-    first_gain = min_gain if draft_gain is None else draft_gain
     best, best_rate = 0, tokens[0] / costs.step_ms(0)
     for k in range(1, max_gamma + 1):
         rate = tokens[k] / costs.step_ms(k)
-        if rate > best_rate * (1 + (first_gain if best == 0 else min_gain)):
+        if rate > best_rate * (1 + min_gain):
             best, best_rate = k, rate
     return best
 
@@ -177,11 +174,13 @@ class CostAwareDraftPolicy(DraftPolicy):
     forward, less what its draft saves at the call's acceptance so far, in a batch its slowest row's: the batch
     waits for that row) within `probe_budget` of the plain steps' time (at least `probe_after`): a drafter just
     short of the break-even is probed again soon, one that accepted nothing waits the whole extra cost's worth.
-    Each probe that does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when fewer steps are
-    left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one: what a probe
-    can win comes from the steps after it. In a batch a probe drafts for every row,
-    so some row accepts by chance even when the drafter does not pay; acceptance counts, not a single
-    accepted token, decide.
+    Each probe that does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when
+    fewer steps are left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one:
+    what a probe can win comes from the steps after it. In a batch a probe drafts for every row, so some row
+    accepts by chance even when the drafter does not pay; acceptance counts, not a single accepted token, decide.
+    A call's first run of drafting steps that has accepted a draft does not end before its rows have tried as
+    many drafts as the priors of up to `THIN_RUN_ROWS` rows are worth: a few unlucky steps would otherwise
+    cost the rest of the call.
 
     Args:
         max_gamma: most drafts per step considered.
@@ -251,7 +250,8 @@ class CostAwareDraftPolicy(DraftPolicy):
             )
 
     def draft_gain(self, rows: int) -> float:
-        """How much drafting must beat a plain step by with `rows` active rows (`min_gain`, `min_batch_gain`)."""
+        """How much a draft length must beat a plain step, or a shorter draft, by with `rows` active rows (`min_gain`
+        alone, `min_batch_gain` in a batch)."""
         return self.min_gain if rows <= 1 else max(self.min_gain, self.min_batch_gain)
 
     def widths(self) -> tuple[int, ...]:
@@ -335,8 +335,8 @@ class CostAwareSchedule(DraftSchedule):
         if rows.any():
             # Longer drafts only as acceptances come in: one more than the drafts a row accepted so far.
             longest = min(self.policy.max_gamma, 1 + int(self.total_accepted[rows].max()))
-            gain = self.policy.draft_gain(int(rows.sum()))  # in a batch, for every longer draft too
-            k = best_draft_length(self.alpha()[rows], self.costs, longest, gain, gain)
+            # In a batch the bar is min_batch_gain, for leaving plain steps and for every longer draft alike.
+            k = best_draft_length(self.alpha()[rows], self.costs, longest, self.policy.draft_gain(int(rows.sum())))
             if self.given_up():
                 k = 0
             if k == 0 and probing:

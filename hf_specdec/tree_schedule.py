@@ -155,8 +155,8 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
         as for chains, a shape must beat a plain step and every cheaper shape's rate by `draft_gain` (default
         `min_gain`; in a batch `min_batch_gain`) to be chosen."""
         ranks = [round(a / 0.02) * 0.02 for a in self.ranks()]  # decisions are remembered per rounded estimate
-        first_gain = self.policy.min_gain if draft_gain is None else draft_gain
-        key = (deepest, first_gain, *ranks)
+        gain = self.policy.min_gain if draft_gain is None else draft_gain
+        key = (deepest, gain, *ranks)
         if key not in self._choices:
             tokens = {}  # (top_k, depth) -> expected tokens by node count: one best-first pass serves every size
             best, best_rate = None, 1.0 / self.costs.step_ms(0)
@@ -168,7 +168,7 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
                     tokens[shape.top_k, shape.max_depth] = list(itertools.accumulate(values, initial=1.0))
                 by_nodes = tokens[shape.top_k, shape.max_depth]
                 rate = by_nodes[min(shape.max_nodes, len(by_nodes) - 1)] / ms
-                if rate > best_rate * (1 + first_gain):
+                if rate > best_rate * (1 + gain):
                     best, best_rate = shape, rate
             self._choices[key] = best
         return self._choices[key]

@@ -69,7 +69,7 @@ def test_in_a_batch_drafting_must_promise_min_batch_gain_over_a_plain_step():
     # than one active row a first draft must promise min_batch_gain (5 %); one row keeps min_gain (2 %).
     half = torch.full((8,), 0.5)
     assert best_draft_length(half, BATCH8, 2, min_gain=0.02) == 1  # the control: a 2 % bar drafts
-    assert best_draft_length(half, BATCH8, 2, min_gain=0.02, draft_gain=0.05) == 0
+    assert best_draft_length(half, BATCH8, 2, min_gain=0.05) == 0
     policy = CostAwareDraftPolicy(costs=BATCH8)
     assert policy.draft_gain(1) == 0.02 and policy.draft_gain(8) == 0.05
     assert int(_schedule(policy, batch=8).lengths.max()) == 0
