@@ -9,6 +9,7 @@ kept, so it cannot change what is generated, only how fast.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -195,6 +196,12 @@ class CostAwareDraftPolicy(DraftPolicy):
             (docs/bench/issue24/chaos/).
         give_up_after: rejections (all rows together) after which a call that has accepted no draft stops
             drafting except for probes.
+        prior_alpha: each row's acceptance before its first draft (worth `prior_weight` drafts). None (the default):
+            the drafter's own, where it declares one (`Drafter.expected_acceptance`, from `hf_specdec_acceptance` in
+            its config.json: `hf-specdec distill` writes the acceptance it measured), else `DEFAULT_PRIOR_ALPHA`. Measured
+            (AMD EPYC Zen 5, avx512_bf16, 48 held-out requests): the independent drafter, right 0.24 of the time, ran
+            0.968x plain at fp32 batch 4 and 0.958x at bf16 batch 4 from 0.5, 0.996x and 0.994x from its own 0.241, and
+            1.079x against 1.113x at bf16 batch 1 (docs/bench/issue24/prior-k/).
         trees: also consider draft trees (EAGLE-2's, `TreeDraftPolicy` shapes) where the drafter drafts them
             and the target takes tree masks: the call then runs in the tree loop when, on the measured costs
             and the prior acceptances, some tree beats the best chain (on CPUs that compute bf16, where a
@@ -211,7 +218,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     min_confidence: float = 0.0
     min_gain: float = 0.02
     min_batch_gain: float = 0.05
-    prior_alpha: float = 0.5
+    prior_alpha: float | None = None  # None: the drafter's expected_acceptance, else DEFAULT_PRIOR_ALPHA
     prior_weight: float = 4.0
     decay: float = 0.95
     probe_after: int = 4
@@ -229,10 +236,11 @@ class CostAwareDraftPolicy(DraftPolicy):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise InvalidGammaError(f"{name} must be a finite number >= 0, got {value!r}.")
-        for name in ("prior_alpha", "decay"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise InvalidGammaError(f"{name} must be in (0, 1], got {value!r}.")
+        prior, decay = self.prior_alpha, self.decay
+        if prior is not None and (isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0 <= prior <= 1):
+            raise InvalidGammaError(f"prior_alpha must be None (the drafter's own) or in [0, 1], got {prior!r}.")
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
+            raise InvalidGammaError(f"decay must be in (0, 1], got {decay!r}.")
         _check_int("probe_after", self.probe_after, 1)
         _check_int("give_up_after", self.give_up_after, 1)
         _check_int("max_probe_interval", self.max_probe_interval, self.probe_after)
@@ -244,10 +252,23 @@ class CostAwareDraftPolicy(DraftPolicy):
         ranks = self.prior_ranks
         if not isinstance(ranks, tuple) or not all(
             isinstance(a, (int, float)) and not isinstance(a, bool) and 0 <= a <= 1 for a in ranks
-        ) or self.prior_alpha + sum(ranks) > 1:
+        ) or (DEFAULT_PRIOR_ALPHA if self.prior_alpha is None else self.prior_alpha) + sum(ranks) > 1:
             raise InvalidGammaError(
                 f"prior_ranks must be a tuple of probabilities that sum with prior_alpha to at most 1, got {ranks!r}."
             )
+
+    def for_drafter(self, drafter) -> "CostAwareDraftPolicy":
+        """This policy with its prior acceptance settled for `drafter`: `prior_alpha` as given, else the drafter's own
+        `expected_acceptance` (None for drafters that declare none, and for `drafter=None`), else `DEFAULT_PRIOR_ALPHA`.
+        Where a declared acceptance and `prior_ranks` would sum past 1, the ranks' priors shrink to fit, in proportion."""
+        if self.prior_alpha is not None:
+            return self
+        declared = getattr(drafter, "expected_acceptance", None)
+        prior = DEFAULT_PRIOR_ALPHA if declared is None else declared
+        ranks, room = self.prior_ranks, 1.0 - prior
+        if sum(ranks) > room:
+            ranks = tuple(a * room / sum(ranks) for a in ranks)
+        return dataclasses.replace(self, prior_alpha=prior, prior_ranks=ranks)
 
     def draft_gain(self, rows: int) -> float:
         """How much a draft length must beat a plain step, or a shorter draft, by with `rows` active rows (`min_gain`
@@ -278,21 +299,23 @@ class CostAwareDraftPolicy(DraftPolicy):
         from hf_specdec.calibration import TreeCosts, step_costs, tree_costs
         from hf_specdec.tree_schedule import CostAwareTreeSchedule, trees_might_pay, trees_pay
 
+        policy = self.for_drafter(drafter)  # the prior settled: the schedules read policy.prior_alpha
+
         @functools.cache
         def possible() -> bool:
             return bool(trees_possible() if callable(trees_possible) else trees_possible)
 
-        costs = self.costs
+        costs = policy.costs
         if costs is None:
-            costs = step_costs(target, drafter, batch_size, device, self.widths(), do_sample, vocab_size, generation_config)
-            if self.trees and trees_might_pay(self, costs) and possible():
-                costs = tree_costs(target, drafter, batch_size, device, costs, self.tree_widths(), do_sample, vocab_size,
+            costs = step_costs(target, drafter, batch_size, device, policy.widths(), do_sample, vocab_size, generation_config)
+            if policy.trees and trees_might_pay(policy, costs) and possible():
+                costs = tree_costs(target, drafter, batch_size, device, costs, policy.tree_widths(), do_sample, vocab_size,
                                    generation_config) or costs  # None: the tree loop's steps could not be timed
         if isinstance(costs, TreeCosts):
-            if self.trees and trees_pay(self, costs, costs.chain) and possible():
-                return CostAwareTreeSchedule(self, costs, batch_size, device, max_new_tokens)
+            if policy.trees and trees_pay(policy, costs, costs.chain) and possible():
+                return CostAwareTreeSchedule(policy, costs, batch_size, device, max_new_tokens)
             costs = costs.chain
-        return CostAwareSchedule(self, costs, batch_size, device, max_new_tokens)
+        return CostAwareSchedule(policy, costs, batch_size, device, max_new_tokens)
 
 
 class CostAwareSchedule(DraftSchedule):
@@ -301,7 +324,8 @@ class CostAwareSchedule(DraftSchedule):
     def __init__(
         self, policy: CostAwareDraftPolicy, costs, batch_size: int, device: torch.device, max_new_tokens: int | None = None
     ):
-        self.policy, self.costs = policy, costs
+        # A policy not settled by `start` (prior_alpha None) takes the default prior.
+        self.policy, self.costs = policy.for_drafter(None), costs
         self.max_new_tokens = max_new_tokens  # None: the call's length is unknown, probes are never skipped
         self._committed = torch.zeros(batch_size, dtype=torch.long)  # [batch] tokens committed, as of the last full update
         self.accepted = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed accepted drafts
@@ -443,6 +467,10 @@ class CostAwareSchedule(DraftSchedule):
 #: of 8 rows for its prior's worth made the independent drafter (right 0.22 of the time) draft 4: 0.971x plain against
 #: 0.990x (docs/bench/issue24/chaos/).
 THIN_RUN_ROWS = 4
+
+#: Each row's prior acceptance for a drafter that declares none (`Drafter.expected_acceptance`), worth `prior_weight`
+#: drafts: about what the shipped EAGLE-3 head is right on held-out chat (0.51 on-path at gamma 1).
+DEFAULT_PRIOR_ALPHA = 0.5
 
 
 def _rate(accepted: int, rejected: int) -> float:

@@ -116,6 +116,7 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
     or tree) that commits the most tokens per millisecond on the measured costs (`TreeCosts`)."""
 
     def __init__(self, policy, costs, batch_size: int, device: torch.device, max_new_tokens: int | None = None):
+        policy = policy.for_drafter(None)  # a policy not settled by `start` (prior_alpha None) takes the default prior
         self.shapes = tree_shapes(policy.max_gamma, policy.max_nodes, 1 + len(policy.prior_ranks))
         self.max_depth = max(shape.max_depth for shape in self.shapes)
         self.max_nodes = max(shape.max_nodes for shape in self.shapes)
@@ -208,6 +209,7 @@ def trees_pay(policy, tree_costs, chain_costs, margin: float = TREE_MARGIN) -> b
     it gives a drafter up) costs no more than the chain loop's by `min_gain`."""
     if tree_costs.step_ms(0) > chain_costs.step_ms(0) * (1 + policy.min_gain):
         return False
+    policy = policy.for_drafter(None)  # the prior `start` settled; a policy not settled takes the default prior
     ranks = [policy.prior_alpha, *policy.prior_ranks]
     chain_rate = max(expected_tokens(ranks, 1, k, k) / chain_costs.step_ms(k) for k in range(0, policy.max_gamma + 1))
     shapes = tree_shapes(policy.max_gamma, policy.max_nodes, len(ranks))

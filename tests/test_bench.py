@@ -129,6 +129,7 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
             draft, targets = forwards.split(", ")
             assert float(draft) > 0 and all(float(ms) > 0 for ms in targets.split(" / ") + steps.split(" / "))
             assert math.isfinite(row["break_even"])
+            assert row["prior"] == 0.5  # the tiny drafters declare no acceptance
         for row in group:  # one repeat: its ratio of totals is the median's; the paired speedup is a call's
             assert row["speedup_range"] == pytest.approx([row["speedup_of_totals"]] * 2, abs=1e-3)
             assert 0 < row["speedup"] < math.inf

@@ -349,8 +349,65 @@ def test_calibration_keeps_the_fastest_round_of_each_width(target, partial_draft
     assert next(readings, None) is None  # every reading was taken: 5 rounds of 2 widths, 5 drafter steps
 
 
+#: fp32 batch 4, the shipped independent drafter on Zen 5 (avx512_bf16, no AMX), as a calibration priced it
+#: (docs/bench/issue24/zen5-j2/float32-greedy): one draft pays from a per-token acceptance of 0.303 (5 % batch bar).
+FP32_BATCH4 = StepCosts(draft_ms=2.4, target_ms={1: 64.3, 2: 80.2}, loop_ms={0: 64.4, 1: 79.9, 2: 93.0})
+
+
+class _Declares:
+    """A drafter as the policy sees one: what it declares of its acceptance (`Drafter.expected_acceptance`)."""
+
+    def __init__(self, alpha):
+        self.expected_acceptance = alpha
+
+
+def test_the_default_starts_each_row_from_the_acceptance_its_drafter_declares():
+    # The independent drafter is right 0.24 of the time on held-out chat. Started at 0.5 it drafted through its first
+    # steps at fp32 batch 4: 0.968x plain on 48 held-out requests, 0.996x started at 0.25 (docs/bench/issue24/prior-k/).
+    cpu = torch.device("cpu")
+    policy = CostAwareDraftPolicy(costs=FP32_BATCH4)
+    first = {alpha: int(policy.start(None, _Declares(alpha), 4, cpu).lengths.max()) for alpha in (None, 0.24, 0.5, 0.0)}
+    assert first == {None: 1, 0.24: 0, 0.5: 1, 0.0: 0}  # None: DEFAULT_PRIOR_ALPHA (0.5)
+    assert policy.start(None, _Declares(0.24), 4, cpu).alpha().tolist() == [0.24] * 4
+    # A prior_alpha given to the policy wins over the drafter's; the policy object itself never changes.
+    mine = CostAwareDraftPolicy(costs=FP32_BATCH4, prior_alpha=0.5)
+    assert int(mine.start(None, _Declares(0.24), 4, cpu).lengths.max()) == 1
+    assert policy.prior_alpha is None and mine.for_drafter(_Declares(0.24)) is mine
+    # At batch 1 (break-even 79.9 * 1.02 / 64.4 - 1 = 0.265 on these costs) the drafter's 0.24 does not draft either,
+    # while a drafter right 0.3 of the time does.
+    assert int(policy.start(None, _Declares(0.3), 1, cpu).lengths.max()) == 1
+    assert int(policy.start(None, _Declares(0.24), 1, cpu).lengths.max()) == 0
+
+
+def test_a_declared_acceptance_leaves_the_tree_ranks_room():
+    # Trees' prior for the 2nd, 3rd, ... candidate sums with the best's to at most 1: they shrink in proportion.
+    policy = CostAwareDraftPolicy()
+    ranks = policy.for_drafter(_Declares(0.9)).prior_ranks
+    assert sum(ranks) == pytest.approx(0.1) and ranks[0] / ranks[2] == pytest.approx(0.15 / 0.05)
+    assert policy.for_drafter(_Declares(0.509)).prior_ranks == policy.prior_ranks
+    assert policy.for_drafter(None).prior_alpha == 0.5 and policy.for_drafter(object()).prior_alpha == 0.5
+
+
+def test_a_drafters_config_declares_its_acceptance_and_a_bad_value_is_refused_before_any_forward(target):
+    drafter = tiny_models.llama(seed=5, layers=1)
+    assert resolve_drafter(drafter).expected_acceptance is None
+    drafter.config.hf_specdec_acceptance = 0.3
+    assert resolve_drafter(drafter).expected_acceptance == 0.3
+    drafter.config.hf_specdec_acceptance = 1.5
+    input_ids, mask = tiny_models.prompts(1, seed=3)
+    config = target.generation_config.to_json_string()
+    forwards = []
+    handle = target.register_forward_hook(lambda *args: forwards.append(1))
+    try:
+        with pytest.raises(hf_specdec.DrafterLoadError, match="hf_specdec_acceptance"):
+            target.generate(input_ids, attention_mask=mask, drafter=drafter, max_new_tokens=4, do_sample=False)
+    finally:
+        handle.remove()
+    assert forwards == [] and target.generation_config.to_json_string() == config
+
+
 def test_invalid_policy_settings_raise():
-    for kwargs in (dict(decay=0.0), dict(prior_alpha=1.5), dict(min_gain=-1.0), dict(min_batch_gain=-0.1), dict(probe_after=0), dict(max_probe_interval=2),
+    for kwargs in (dict(decay=0.0), dict(prior_alpha=1.5), dict(prior_alpha=-0.1), dict(min_gain=-1.0), dict(min_batch_gain=-0.1), dict(probe_after=0), dict(max_probe_interval=2),
                    dict(probe_budget=0.0)):
         with pytest.raises(hf_specdec.InvalidGammaError):
             CostAwareDraftPolicy(**kwargs)

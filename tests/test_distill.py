@@ -12,6 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from hf_specdec.distill import build_drafter, distill, head_logits, vocab_subset_of
+from hf_specdec.drafters import resolve_drafter
 from hf_specdec.distill.model import grow_drafter
 from hf_specdec.distill.data import TEMPLATES, TOPICS, Record, read_records
 from hf_specdec.distill.evaluate import simulate_acceptance
@@ -88,6 +89,10 @@ def test_distill_saves_a_drafter_that_auto_model_loads(target_dir, tmp_path):
     assert 0.0 <= metrics["agreement"] <= 1.0 and metrics["drafter_step_ms"] > 0
     assert metrics["train_steps"] == 3
     assert json.loads((out / "distill_metrics.json").read_text())["train_records"] == metrics["train_records"]
+    # The on-path acceptance of one draft per step is stored where the default policy starts from it.
+    assert drafter.config.hf_specdec_acceptance == metrics["alpha_gamma1"]
+    assert 0.0 <= metrics["alpha_gamma1"] <= 1.0
+    assert resolve_drafter(AutoModelForCausalLM.from_pretrained(out)).expected_acceptance == metrics["alpha_gamma1"]
 
 
 def test_second_run_reuses_data_and_generates_only_new_prompts(target_dir, tmp_path):

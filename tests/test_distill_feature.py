@@ -72,6 +72,9 @@ def test_distill_feature_saves_an_exact_eagle3_head_and_resumes(tmp_path, capsys
     assert len(metrics["per_depth"]) == 4 and metrics["positions"] > 0
     assert [entry["step"] for entry in metrics["history"]] == [3, 6]
     assert 0 < metrics["step_cost_ratio"] and metrics["head_step_ms"] > 0
+    # The on-path acceptance at gamma 1 is stored where the default policy starts from it.
+    assert json.loads((out / "config.json").read_text())["hf_specdec_acceptance"] == metrics["alpha_gamma1"]
+    assert hf_specdec.load_drafter(out).expected_acceptance == metrics["alpha_gamma1"]
     data = tmp_path / "head-data"
     corpus = (data / "train.jsonl").read_text().splitlines()
     assert len(json.loads((data / "train.magpie.json").read_text())) == 3
@@ -169,11 +172,14 @@ def test_narrowing_a_heads_vocabulary_keeps_the_scores_of_the_tokens_it_keeps(tm
     with pytest.raises(ValueError, match="eagle1"):
         narrow_vocab(build_feature_head(target, "eagle1"), keep)
 
+    wide.config.hf_specdec_acceptance = 0.6  # measured on the wide head: not the narrowed one's
     hf_specdec.eagle.save_feature_head(wide, tmp_path / "wide")
     hf_specdec.eagle.save_feature_head(narrow, tmp_path / "like")
     assert main(["distill-narrow", "--head", str(tmp_path / "wide"), "--like", str(tmp_path / "like"),
                  "--out", str(tmp_path / "out")]) == 0
     assert hf_specdec.eagle.load_feature_head(tmp_path / "out").draft_ids().tolist() == keep
+    assert hf_specdec.load_drafter(tmp_path / "wide").expected_acceptance == 0.6
+    assert hf_specdec.load_drafter(tmp_path / "out").expected_acceptance is None
     with pytest.raises(SystemExit, match="not in its"):  # the narrow head lacks most of the wide one's tokens
         main(["distill-narrow", "--head", str(tmp_path / "like"), "--like", str(tmp_path / "wide"),
               "--out", str(tmp_path / "refused")])

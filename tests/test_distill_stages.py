@@ -60,6 +60,11 @@ def test_data_train_evaluate_commands_run_resume_and_refuse_leaks(target_dir, tm
     assert metrics["train_data"] == [str(data)]  # read from the head's distill_metrics.json
     assert metrics["requests"] > 48 and 0 <= metrics["alpha_gamma1"] <= 1 and len(metrics["per_depth"]) == 4
     assert set(metrics["coverage"]) == {"1", "2", "4", "8"} or set(metrics["coverage"]) == {1, 2, 4, 8}
+    head_config = json.loads((head / "config.json").read_text())
+    assert head_config["hf_specdec_acceptance"] == json.loads((head / "distill_metrics.json").read_text())["alpha_gamma1"]
+    assert main([*evaluate, "--write-acceptance"]) == 0  # the held-out figure replaces the training run's own
+    written = json.loads(capsys.readouterr().out)["alpha_gamma1"]
+    assert json.loads((head / "config.json").read_text()) == {**head_config, "hf_specdec_acceptance": written}
     with pytest.raises(HeldOutLeakError, match="seed"):  # requests made from the training data's seed
         main([*evaluate, "--magpie-requests", str(data)])
 

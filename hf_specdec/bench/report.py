@@ -41,14 +41,14 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens", "tokens"),
         ("tokens_per_s", "tokens/s"), ("speedup", "vs plain"), ("speedup_of_totals", "vs plain, totals"),
         ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"),
-        ("costs_ms", "costs ms"), ("break_even", "break-even"),
+        ("costs_ms", "costs ms"), ("break_even", "break-even"), ("prior", "prior"),
     ],
     "feature": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("gamma", "gamma"), ("alpha", "alpha"),
         ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens_per_s", "tokens/s"),
         ("speedup", "vs plain"), ("speedup_of_totals", "vs plain, totals"),
         ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"),
-        ("exact", "= plain greedy"), ("costs_ms", "costs ms"), ("break_even", "break-even"),
+        ("exact", "= plain greedy"), ("costs_ms", "costs ms"), ("break_even", "break-even"), ("prior", "prior"),
     ],
     "trees": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("acceptance_rate", "acceptance"),

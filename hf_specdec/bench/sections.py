@@ -135,18 +135,20 @@ def _best_fixed(rows: list[dict[str, Any]], default_row: dict[str, Any]) -> dict
 
 def _decided_with(bench: Bench, drafter, batch_size: int, mode: str) -> dict[str, Any]:
     """The measured costs the default policy decided with in a group's calls (stored by their warm-up call;
-    nothing is timed here) and the per-token acceptance at which one draft pays under them."""
+    nothing is timed here), the per-token acceptance at which one draft pays under them, and the prior acceptance
+    its rows started from."""
     policy = CostAwareDraftPolicy()
     device = bench.target.device
     costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths(), mode == "sampled")
     if costs is None:
         return {}
-    schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, drafter, batch_size, device)
+    schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, resolve_drafter(drafter), batch_size, device)
     timed = [k for k, _ in costs.loop_ms] or [0, 1]  # loop steps the calibration timed (0, 1 and maybe 2 drafts)
     return {
         "costs_ms": f"{costs.draft_ms:.1f}, {costs.verify_ms(1):.1f} / {costs.verify_ms(2):.1f}; "
                     f"steps {' / '.join(f'{costs.step_ms(k):.1f}' for k in timed)}",
         "break_even": round(schedule.break_even, 3),
+        "prior": round(schedule.policy.prior_alpha, 3),  # the drafter's declared acceptance, else 0.5
     }
 
 
@@ -199,7 +201,8 @@ def default(bench: Bench) -> Result:
             "drafting step, target forwards of 1 / 2 tokens per row, then the whole loop steps with 0 / 1 (/ 2) "
             "drafts (timed through generate(), what the policy prices with); break-even = the per-token acceptance "
             "at which one draft per step pays under them (2 % margin; 5 % in batches). Timed on a busy machine, they "
-            "can differ from one run to the next, and the decisions with them.",
+            "can differ from one run to the next, and the decisions with them. prior = the acceptance each row starts "
+            "from (the drafter's declared hf_specdec_acceptance, else 0.5).",
         ],
     }
 
@@ -238,7 +241,7 @@ def feature(bench: Bench) -> Result:
             "alpha = per-token acceptance along the decoded path (accepted / (accepted + rejections)) at that gamma.",
             "head / target step: one drafting step of the head and one 1-token target forward, batch 1, timed by "
             "hf_specdec.calibration (the loop's own forwards, fastest of 5).",
-            "costs ms and break-even of the default rows: as in the default section (the head's drafting step, "
+            "costs ms, break-even and prior of the default rows: as in the default section (the head's drafting step, "
             "target forwards of 1 / 2 tokens per row, whole loop steps with 0 / 1 / 2 drafts).",
         ],
     }

@@ -193,6 +193,9 @@ def add_eval_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--ngram", type=int, default=8, help="shared tokens that count as a leak (default: 8)")
     parser.add_argument("--responses", default=None, help="JSONL keeping the target's answers for reruns")
     parser.add_argument("--out", default=None, help="also write the metrics JSON here")
+    parser.add_argument("--write-acceptance", action="store_true",
+                        help="store the measured on-path acceptance at gamma = 1 in the head's config.json "
+                        "(hf_specdec_acceptance), where the default policy starts from it")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run_eval)
@@ -219,6 +222,7 @@ def run_narrow(args: argparse.Namespace) -> int:
     """Handler of ``hf-specdec distill-narrow``: prints the vocabulary sizes and where the head went."""
     from pathlib import Path
 
+    from hf_specdec.drafters.base import ACCEPTANCE_ATTR
     from hf_specdec.eagle import load_feature_head, save_feature_head
 
     from .feature_head import narrow_vocab
@@ -230,6 +234,8 @@ def run_narrow(args: argparse.Namespace) -> int:
         narrow = narrow_vocab(head, like.draft_ids().tolist())
     except ValueError as error:
         raise SystemExit(str(error))
+    # The parent's measured acceptance is not the narrowed head's: measure it again (distill-eval --write-acceptance).
+    narrow.config.__dict__.pop(ACCEPTANCE_ATTR, None)
     save_feature_head(narrow, Path(args.out))
     print(json.dumps({"head": str(args.head), "out": str(args.out), "draft_vocab_size": len(narrow.draft_ids()),
                       "from": len(head.draft_ids())}, indent=2))
@@ -303,6 +309,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     import torch
 
+    from hf_specdec.drafters.base import ACCEPTANCE_ATTR
     from hf_specdec.eagle import load_feature_head
 
     from .data import eos_ids, read_records
@@ -336,6 +343,11 @@ def run_eval(args: argparse.Namespace) -> int:
     text = json.dumps(metrics, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    if args.write_acceptance:
+        config_file = Path(args.head) / "config.json"
+        config = json.loads(config_file.read_text())
+        config[ACCEPTANCE_ATTR] = metrics["alpha_gamma1"]
+        config_file.write_text(json.dumps(config, indent=2) + "\n")
     print(text)
     return 0
 

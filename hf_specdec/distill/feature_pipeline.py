@@ -18,6 +18,8 @@ from typing import Sequence
 
 import torch
 
+from hf_specdec.drafters.base import ACCEPTANCE_ATTR
+
 from .feature_head import (
     build_feature_head, check_widening, evaluate_feature_head, train_feature_head, widen_vocab,
 )
@@ -220,6 +222,7 @@ def distill_feature_head(
 
     # 5. Measure and save.
     agreement = evaluate_feature_head(head, target, eval_records, eval_store, depth=gamma, max_new_tokens=max_new_tokens)
+    setattr(head.config, ACCEPTANCE_ATTR, agreement.alpha_gamma1)  # the default policy's prior (expected_acceptance)
     save_feature_head(head, out_dir)
     metrics = {
         **agreement.as_dict(),

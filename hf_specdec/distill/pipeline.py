@@ -12,8 +12,10 @@ from typing import Sequence
 
 import torch
 
+from hf_specdec.drafters.base import ACCEPTANCE_ATTR
+
 from .data import Record, build_prompts, eos_ids, generate_corpus, magpie_prompts, read_records
-from .evaluate import evaluate_agreement, step_cost_ms
+from .evaluate import agreement_flags, simulate_acceptance, step_cost_ms
 from .model import build_drafter, grow_drafter, select_vocab_subset, vocab_subset_of
 from .teacher import load_or_compute_topk
 from .train import train_drafter
@@ -229,11 +231,16 @@ def distill(
 
     # 5. measure with the weights we ship (rounded to save_dtype), computing in the target's fp32
     drafter = drafter.to(save_dtype).float()
-    agreement = evaluate_agreement(target, drafter, eval_records, gamma)
+    flags = agreement_flags(target, drafter, eval_records)
+    agreement = simulate_acceptance(flags, gamma)
+    # The on-path acceptance of one draft per step: what the default policy starts from (Drafter.expected_acceptance).
+    alpha_gamma1 = simulate_acceptance(flags, 1).acceptance_rate
+    setattr(drafter.config, ACCEPTANCE_ATTR, alpha_gamma1)
     drafter_ms = step_cost_ms(drafter)
     target_ms = step_cost_ms(target)
     metrics = {
         **agreement.as_dict(),
+        "alpha_gamma1": alpha_gamma1,
         "drafter_step_ms": drafter_ms,
         "target_step_ms": target_ms,
         "step_cost_ratio": drafter_ms / target_ms,

@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from hf_specdec.cache import TargetFeatures  # noqa: F401  (part of the drafter interface)
+from hf_specdec.errors import DrafterLoadError
 
 
 @dataclass
@@ -120,6 +121,15 @@ class Drafter(ABC):
         vocabulary width that drafts and target scores share (the target's for model-free drafters)."""
         return target.config.get_text_config().vocab_size
 
+    @property
+    def expected_acceptance(self) -> float | None:
+        """The per-token acceptance this drafter expects with its target (how often a draft that follows accepted
+        ones is accepted: on-path, one draft per step, greedy, on requests it was not trained on), or None when
+        unknown. The default policy starts each row from it (`CostAwareDraftPolicy.prior_alpha`), so a drafter
+        right a quarter of the time is not first drafted with as if right half the time. It changes how fast,
+        never what is generated."""
+        return None
+
 
 class StatelessDrafter(Drafter, DraftSession):
     """A drafter whose proposals depend only on the context it is shown (no cache, no counters): it is
@@ -127,3 +137,21 @@ class StatelessDrafter(Drafter, DraftSession):
 
     def start(self, target, batch_size: int, device: torch.device) -> DraftSession:
         return self
+
+
+#: The config.json key (of a causal-LM drafter, or of a feature head) holding `Drafter.expected_acceptance`; written by
+#: `hf-specdec distill` from the acceptance it measured on its evaluation requests.
+ACCEPTANCE_ATTR = "hf_specdec_acceptance"
+
+
+def declared_acceptance(config, where: str) -> float | None:
+    """`config`'s `hf_specdec_acceptance`, checked: a probability in [0, 1], else DrafterLoadError naming `where`."""
+    value = getattr(config, ACCEPTANCE_ATTR, None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise DrafterLoadError(
+            f"{where}'s config.json sets {ACCEPTANCE_ATTR} = {value!r}; it must be the drafter's measured per-token "
+            f"acceptance, a number in [0, 1]. Fix or remove the entry (without it the default policy assumes 0.5)."
+        )
+    return float(value)

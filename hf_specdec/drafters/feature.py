@@ -30,7 +30,7 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 
 from hf_specdec.cache import CachedModel
 from hf_specdec.cpu import computes_bf16
-from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures
+from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures, declared_acceptance
 from hf_specdec.drafters.model import ModelDraftSession
 from hf_specdec.tree import DraftTree, build_tree
 from hf_specdec.errors import IncompatibleDrafterError
@@ -251,6 +251,11 @@ class FeatureDrafter(Drafter):
 
     def feature_layers(self, target) -> tuple[int, ...]:
         return self.head.feature_layers_for(target.config.get_text_config().num_hidden_layers)
+
+    @property
+    def expected_acceptance(self) -> float | None:
+        """The head config's `hf_specdec_acceptance` (written by `hf-specdec distill --kind feature`), else None."""
+        return declared_acceptance(self.head.config, "the feature head")
 
     def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
         text = target.config.get_text_config()

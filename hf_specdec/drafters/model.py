@@ -7,7 +7,7 @@ from transformers import PreTrainedModel
 
 from hf_specdec import compat
 from hf_specdec.cache import CachedModel
-from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures
+from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures, declared_acceptance
 from hf_specdec.tree import DraftTree, build_tree
 from hf_specdec.verify import argmax, draw
 
@@ -28,6 +28,11 @@ class ModelDrafter(Drafter):
 
     def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
         return compat.check_model_pair(target, self.model, generation_config, tokenizer, drafter_tokenizer)
+
+    @property
+    def expected_acceptance(self) -> float | None:
+        """The model config's `hf_specdec_acceptance` (written by `hf-specdec distill`), else None."""
+        return declared_acceptance(self.model.config, "the drafter")
 
     def start(self, target, batch_size: int, device: torch.device) -> "ModelDraftSession":
         return ModelDraftSession(CachedModel(self.model, batch_size, device, vocab_subset=self.vocab_subset))
