@@ -3,6 +3,7 @@ are sane (no timing assertions)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -16,8 +17,9 @@ from hf_specdec.bench import BenchConfig, measure, report, run_bench, runner
 from hf_specdec.bench import prompts as bench_prompts
 from hf_specdec.bench.measure import Measurement, leviathan_speedup, paired_speedup, per_token_alpha, time_side_by_side
 from hf_specdec.bench.models import stand_in_drafter
+from hf_specdec.bench.runner import Bench
 from hf_specdec.distill.feature_head import build_feature_head
-from hf_specdec.drafters import FeatureDrafter
+from hf_specdec.drafters import FeatureDrafter, resolve_drafter
 from hf_specdec.stats import SpeculativeStats
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
@@ -54,6 +56,18 @@ def tiny_pair():
     target = LlamaForCausalLM(config).eval()
     target.generation_config.pad_token_id = 2
     return target, stand_in_drafter(target, num_layers=1), tokenizer
+
+
+def test_the_unrelated_drafter_declares_no_acceptance(tiny_pair):
+    # It stands for a drafter nobody measured: the default starts it from 0.5, not from the shipped drafter's
+    # declared acceptance, and the drafter itself keeps its own.
+    target, drafter, tokenizer = tiny_pair
+    declared = copy.deepcopy(drafter)
+    declared.config.hf_specdec_acceptance = 0.3
+    bench = Bench(target, declared, tokenizer, BenchConfig(threads=1))
+    assert resolve_drafter(bench.unrelated).expected_acceptance is None
+    assert resolve_drafter(declared).expected_acceptance == 0.3
+    assert bench.unrelated.config.vocab_size == declared.config.vocab_size
 
 
 def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_path):

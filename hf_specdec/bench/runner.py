@@ -22,6 +22,7 @@ from transformers import GenerationConfig, PreTrainedModel
 from hf_specdec.bench import prompts as prompt_sets
 from hf_specdec.bench.measure import GenerateFn, Measurement, first_difference, paired_speedup, time_side_by_side
 from hf_specdec.distill.evaluate import step_cost_ms
+from hf_specdec.drafters.base import ACCEPTANCE_ATTR
 
 MODES = ("greedy", "sampled")
 # In half precision, a row whose first differing token comes after a position where plain generate()'s own
@@ -153,10 +154,13 @@ class Bench:
     @property
     def unrelated(self) -> PreTrainedModel:
         """A drafter that knows nothing: the session drafter's architecture with fresh random weights
-        (same vocabulary), for the never-slower-than-plain check."""
+        (same vocabulary), for the never-slower-than-plain check. It declares no acceptance (the drafter's
+        `hf_specdec_acceptance` is not its own), so the default starts it from 0.5, as any drafter nobody measured."""
         if self._unrelated is None:
             torch.manual_seed(self.config.seed)
-            model = type(self.drafter)(self.drafter.config).to(next(self.drafter.parameters()).dtype).eval()
+            config = copy.deepcopy(self.drafter.config)
+            config.__dict__.pop(ACCEPTANCE_ATTR, None)
+            model = type(self.drafter)(config).to(next(self.drafter.parameters()).dtype).eval()
             model.generation_config = copy.deepcopy(self.drafter.generation_config)
             self._unrelated = model
         return self._unrelated
