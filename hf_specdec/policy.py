@@ -324,8 +324,7 @@ class CostAwareSchedule(DraftSchedule):
     def __init__(
         self, policy: CostAwareDraftPolicy, costs, batch_size: int, device: torch.device, max_new_tokens: int | None = None
     ):
-        # A policy not settled by `start` (prior_alpha None) takes the default prior.
-        self.policy, self.costs = policy.for_drafter(None), costs
+        self.policy, self.costs = policy, costs  # settled by `start`: prior_alpha is a number
         self.max_new_tokens = max_new_tokens  # None: the call's length is unknown, probes are never skipped
         self._committed = torch.zeros(batch_size, dtype=torch.long)  # [batch] tokens committed, as of the last full update
         self.accepted = torch.zeros(batch_size, dtype=torch.float64)  # [batch] decayed accepted drafts

@@ -116,7 +116,6 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
     or tree) that commits the most tokens per millisecond on the measured costs (`TreeCosts`)."""
 
     def __init__(self, policy, costs, batch_size: int, device: torch.device, max_new_tokens: int | None = None):
-        policy = policy.for_drafter(None)  # a policy not settled by `start` (prior_alpha None) takes the default prior
         self.shapes = tree_shapes(policy.max_gamma, policy.max_nodes, 1 + len(policy.prior_ranks))
         self.max_depth = max(shape.max_depth for shape in self.shapes)
         self.max_nodes = max(shape.max_nodes for shape in self.shapes)

@@ -22,7 +22,7 @@ from transformers import GenerationConfig, PreTrainedModel
 from hf_specdec.bench import prompts as prompt_sets
 from hf_specdec.bench.measure import GenerateFn, Measurement, first_difference, paired_speedup, time_side_by_side
 from hf_specdec.distill.evaluate import step_cost_ms
-from hf_specdec.drafters.base import ACCEPTANCE_ATTR
+from hf_specdec.drafters.base import forget_acceptance
 
 MODES = ("greedy", "sampled")
 # In half precision, a row whose first differing token comes after a position where plain generate()'s own
@@ -159,7 +159,7 @@ class Bench:
         if self._unrelated is None:
             torch.manual_seed(self.config.seed)
             config = copy.deepcopy(self.drafter.config)
-            config.__dict__.pop(ACCEPTANCE_ATTR, None)
+            forget_acceptance(config)
             model = type(self.drafter)(config).to(next(self.drafter.parameters()).dtype).eval()
             model.generation_config = copy.deepcopy(self.drafter.generation_config)
             self._unrelated = model

@@ -137,12 +137,11 @@ def _decided_with(bench: Bench, drafter, batch_size: int, mode: str) -> dict[str
     """The measured costs the default policy decided with in a group's calls (stored by their warm-up call;
     nothing is timed here), the per-token acceptance at which one draft pays under them, and the prior acceptance
     its rows started from."""
-    policy = CostAwareDraftPolicy()
-    device = bench.target.device
-    costs = stored_costs(bench.target, resolve_drafter(drafter), batch_size, device, policy.widths(), mode == "sampled")
+    policy, drafter, device = CostAwareDraftPolicy(), resolve_drafter(drafter), bench.target.device
+    costs = stored_costs(bench.target, drafter, batch_size, device, policy.widths(), mode == "sampled")
     if costs is None:
         return {}
-    schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, resolve_drafter(drafter), batch_size, device)
+    schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, drafter, batch_size, device)
     timed = [k for k, _ in costs.loop_ms] or [0, 1]  # loop steps the calibration timed (0, 1 and maybe 2 drafts)
     return {
         "costs_ms": f"{costs.draft_ms:.1f}, {costs.verify_ms(1):.1f} / {costs.verify_ms(2):.1f}; "

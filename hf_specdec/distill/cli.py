@@ -222,7 +222,7 @@ def run_narrow(args: argparse.Namespace) -> int:
     """Handler of ``hf-specdec distill-narrow``: prints the vocabulary sizes and where the head went."""
     from pathlib import Path
 
-    from hf_specdec.drafters.base import ACCEPTANCE_ATTR
+    from hf_specdec.drafters.base import forget_acceptance
     from hf_specdec.eagle import load_feature_head, save_feature_head
 
     from .feature_head import narrow_vocab
@@ -235,7 +235,7 @@ def run_narrow(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise SystemExit(str(error))
     # The parent's measured acceptance is not the narrowed head's: measure it again (distill-eval --write-acceptance).
-    narrow.config.__dict__.pop(ACCEPTANCE_ATTR, None)
+    forget_acceptance(narrow.config)
     save_feature_head(narrow, Path(args.out))
     print(json.dumps({"head": str(args.head), "out": str(args.out), "draft_vocab_size": len(narrow.draft_ids()),
                       "from": len(head.draft_ids())}, indent=2))

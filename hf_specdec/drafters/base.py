@@ -155,3 +155,9 @@ def declared_acceptance(config, where: str) -> float | None:
             f"acceptance, a number in [0, 1]. Fix or remove the entry (without it the default policy assumes 0.5)."
         )
     return float(value)
+
+
+def forget_acceptance(config) -> None:
+    """Removes `hf_specdec_acceptance` from `config` (a model that is not the one measured: a narrowed head, a drafter
+    with fresh weights), so the default policy does not start from another model's acceptance."""
+    config.__dict__.pop(ACCEPTANCE_ATTR, None)
