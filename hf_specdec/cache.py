@@ -18,6 +18,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
+from hf_specdec.attention import packing_gqa
 from hf_specdec.compat import cache_argument, feeds_positions, forward_parameters
 from hf_specdec.errors import UnsupportedModelError
 from hf_specdec import tree as trees
@@ -277,19 +278,20 @@ class CachedModel:
         """One forward of the model on prepared inputs: (logits of the last `num_logits` chunk columns,
         [batch, n, vocab] float32 on the loop's device; the model's outputs)."""
         self.num_forwards += 1
-        if self.vocab_subset is not None:
-            outputs = self.model.base_model(**inputs)
-            hidden = outputs.last_hidden_state[:, -num_logits:]  # [batch, n, hidden]
-            subset_logits = hidden @ self.subset_weight.T  # [batch, n, subset]
-            logits = subset_logits.new_full((*subset_logits.shape[:2], self.vocab_width), float("-inf"))
-            logits[..., self.vocab_subset] = subset_logits
-        else:
-            if self._logits_to_keep:
-                inputs["logits_to_keep"] = num_logits
-            outputs = self.model(**inputs)
-            logits = outputs.logits
-            if logits.shape[1] != num_logits:
-                logits = logits[:, -num_logits:]
+        with packing_gqa():  # a few-token forward attends without copying grouped keys (hf_specdec.attention)
+            if self.vocab_subset is not None:
+                outputs = self.model.base_model(**inputs)
+                hidden = outputs.last_hidden_state[:, -num_logits:]  # [batch, n, hidden]
+                subset_logits = hidden @ self.subset_weight.T  # [batch, n, subset]
+                logits = subset_logits.new_full((*subset_logits.shape[:2], self.vocab_width), float("-inf"))
+                logits[..., self.vocab_subset] = subset_logits
+            else:
+                if self._logits_to_keep:
+                    inputs["logits_to_keep"] = num_logits
+                outputs = self.model(**inputs)
+                logits = outputs.logits
+                if logits.shape[1] != num_logits:
+                    logits = logits[:, -num_logits:]
         return logits.to(device=self.device, dtype=torch.float32), outputs
 
     def _position_masks(self, chunk_valid: torch.Tensor, query_positions: torch.Tensor, visible: torch.Tensor | None = None):

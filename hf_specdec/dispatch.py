@@ -13,7 +13,7 @@ from typing import Any
 from transformers import GenerationMixin, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from hf_specdec import compat, pipelines
+from hf_specdec import attention, compat, pipelines
 from hf_specdec.drafters import resolve_drafter
 from hf_specdec.errors import UnsupportedModelError
 from hf_specdec.loop import speculative_decode
@@ -83,7 +83,8 @@ def _generate(self, *args, drafter=None, **kwargs):
 
 
 def install() -> None:
-    """Adds the `drafter=` keyword to every model's generate() and text-generation pipeline. Idempotent."""
+    """Adds the `drafter=` keyword to every model's generate() and text-generation pipeline, and the loop's
+    grouped-query packing to transformers' sdpa attention (`hf_specdec.attention`). Idempotent."""
     global _original_generate, _original_validate_model_kwargs
     if _original_generate is not None:
         return
@@ -92,10 +93,11 @@ def install() -> None:
     GenerationMixin.generate = functools.wraps(_original_generate)(_generate)
     GenerationMixin._validate_model_kwargs = functools.wraps(_original_validate_model_kwargs)(_validate_model_kwargs)
     pipelines.install()
+    attention.install()
 
 
 def uninstall() -> None:
-    """Restores transformers' own generate() and pipelines."""
+    """Restores transformers' own generate(), pipelines and sdpa attention."""
     global _original_generate, _original_validate_model_kwargs
     if _original_generate is None:
         return
@@ -103,6 +105,7 @@ def uninstall() -> None:
     GenerationMixin._validate_model_kwargs = _original_validate_model_kwargs
     _original_generate = _original_validate_model_kwargs = None
     pipelines.uninstall()
+    attention.uninstall()
 
 
 def is_installed() -> bool:

@@ -28,6 +28,7 @@ from transformers import LlamaConfig
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from hf_specdec.attention import MAX_PACKED_TOKENS, attend_packed
 from hf_specdec.cache import CachedModel
 from hf_specdec.cpu import computes_bf16
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures, declared_acceptance
@@ -191,9 +192,12 @@ class BoundHead(nn.Module):
             visible = attention_mask.bool()[:, None, None, :] & causal  # [batch, 1, seq, total]
             mask = torch.zeros(visible.shape, dtype=query.dtype, device=query.device)
             mask.masked_fill_(~visible, torch.finfo(query.dtype).min)  # additive: padding rows stay finite
-        attended = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, enable_gqa=key.shape[1] != query.shape[1]
-        )
+        if key.shape[1] != query.shape[1] and seq <= MAX_PACKED_TOKENS:  # drafting: grouped heads packed, no kv copy
+            attended = attend_packed(query, key, value, mask)
+        else:
+            attended = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=mask, enable_gqa=key.shape[1] != query.shape[1]
+            )
         hidden = head.layer_output(attended, residual)  # [batch, seq, hidden]
         last = hidden[:, -logits_to_keep:]
         if self.target_head is not None:
