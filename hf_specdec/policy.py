@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -187,13 +188,14 @@ class CostAwareDraftPolicy(DraftPolicy):
         max_gamma: most drafts per step considered.
         min_gain: a draft length must beat the best shorter one (0: a plain step) by this fraction of
             its rate (guards against drafting on noise in the measured costs).
-        min_batch_gain: with more than one active row, drafting must beat a plain step, and each longer draft
-            the best shorter one, by this fraction (at least `min_gain`): a batch call lasts as long as its slowest
-            row, and the tokens summed over rows do not see that. Measured (AMD EPYC Zen 5, avx512_bf16, bf16, head
-            version 4): at batch 8 drafting that promised 1-3 % over plain steps ran 0.95-0.97x plain
-            (docs/bench/issue24/b8/); at batch 4 on 48 held-out requests the default with a 2 % bar between lengths
-            drafted 2 where a chain of 1 ran faster, 1.051x plain against 1.094x with this bar for every length
-            (docs/bench/issue24/chaos/).
+        min_batch_gain: with 2 to 4 active rows, drafting must beat a plain step, and each longer draft the best
+            shorter one, by this fraction (at least `min_gain`); with more rows by this fraction times
+            `slowest_row_spread(rows) / slowest_row_spread(4)` (batch 8: 1.37x, 16: 1.69x): a batch call lasts as long
+            as its slowest row, and the tokens summed over rows do not see that. Measured (AMD EPYC Zen 5, avx512_bf16,
+            head version 4): at bf16 batch 8 drafting that promised 1-3 % over plain steps ran 0.95-0.97x plain
+            (docs/bench/issue24/b8/), at fp32 batch 8 drafting that promised 5 % ran 0.964x (session l, zen5-l); at
+            batch 4 on 48 held-out requests the default with a 2 % bar between lengths drafted 2 where a chain of 1
+            ran faster, 1.051x plain against 1.094x with this bar for every length (docs/bench/issue24/chaos/).
         give_up_after: rejections (all rows together) after which a call that has accepted no draft stops
             drafting except for probes.
         prior_alpha: each row's acceptance before its first draft (worth `prior_weight` drafts). None (the default):
@@ -271,9 +273,12 @@ class CostAwareDraftPolicy(DraftPolicy):
         return dataclasses.replace(self, prior_alpha=prior, prior_ranks=ranks)
 
     def draft_gain(self, rows: int) -> float:
-        """How much a draft length must beat a plain step, or a shorter draft, by with `rows` active rows (`min_gain`
-        alone, `min_batch_gain` in a batch)."""
-        return self.min_gain if rows <= 1 else max(self.min_gain, self.min_batch_gain)
+        """How much a draft length must beat a plain step, or a shorter draft, by with `rows` active rows: `min_gain`
+        alone; in a batch `min_batch_gain`, from 4 rows on grown as the expected maximum of that many rows' step counts
+        (`slowest_row_spread`): the call waits for its slowest row, and the more rows, the slower the slowest."""
+        if rows <= 1:
+            return self.min_gain
+        return max(self.min_gain, self.min_batch_gain * max(1.0, slowest_row_spread(rows) / slowest_row_spread(4)))
 
     def widths(self) -> tuple[int, ...]:
         """Target forward widths to time (others are interpolated): 1 .. 4, then every other."""
@@ -470,6 +475,16 @@ THIN_RUN_ROWS = 4
 #: Each row's prior acceptance for a drafter that declares none (`Drafter.expected_acceptance`), worth `prior_weight`
 #: drafts: about what the shipped EAGLE-3 head is right on held-out chat (0.51 on-path at gamma 1).
 DEFAULT_PRIOR_ALPHA = 0.5
+
+
+@functools.lru_cache(maxsize=None)  # asked every step
+def slowest_row_spread(rows: int) -> float:
+    """The expected maximum of `rows` independent standard normal draws (Blom's approximation; 0 for one row): how
+    many standard deviations the slowest of `rows` rows' step counts lies above their mean, when each row's drafts are
+    accepted by chance. 2 rows 0.59, 4 rows 1.05, 8 rows 1.43, 16 rows 1.77."""
+    if rows <= 1:
+        return 0.0
+    return statistics.NormalDist().inv_cdf((rows - 0.375) / (rows + 0.25))
 
 
 def _rate(accepted: int, rejected: int) -> float:

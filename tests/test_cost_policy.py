@@ -11,7 +11,7 @@ import tiny_models
 from hf_specdec import calibration
 from hf_specdec.calibration import StepCosts
 from hf_specdec.drafters import resolve_drafter
-from hf_specdec.policy import CostAwareDraftPolicy, CostAwareSchedule, best_draft_length, expected_tokens
+from hf_specdec.policy import CostAwareDraftPolicy, CostAwareSchedule, best_draft_length, expected_tokens, slowest_row_spread
 from joint_util import PROMPT_A, joint_chi_square, padded_pair_fits
 
 # A CPU-like target: every extra scored token costs more (v(2) = 1.5), and a cheap one (flat).
@@ -71,13 +71,30 @@ def test_in_a_batch_drafting_must_promise_min_batch_gain_over_a_plain_step():
     assert best_draft_length(half, BATCH8, 2, min_gain=0.02) == 1  # the control: a 2 % bar drafts
     assert best_draft_length(half, BATCH8, 2, min_gain=0.05) == 0
     policy = CostAwareDraftPolicy(costs=BATCH8)
-    assert policy.draft_gain(1) == 0.02 and policy.draft_gain(8) == 0.05
+    assert policy.draft_gain(1) == 0.02 and policy.draft_gain(4) == 0.05 and policy.draft_gain(8) > 0.05
     assert int(_schedule(policy, batch=8).lengths.max()) == 0
     assert int(_schedule(policy, batch=1).lengths.max()) == 1
     assert int(_schedule(CostAwareDraftPolicy(costs=BATCH8, min_batch_gain=0.02), batch=8).lengths.max()) == 1
     # The break-even acceptance (when a stopped run counts as paying) uses the batch's bar.
-    assert _schedule(policy, batch=8).break_even == pytest.approx(51.7 * 1.05 / 35.6 - 1)
+    assert _schedule(policy, batch=8).break_even == pytest.approx(51.7 * (1 + policy.draft_gain(8)) / 35.6 - 1)
     assert _schedule(policy, batch=1).break_even == pytest.approx(51.7 * 1.02 / 35.6 - 1)
+
+
+def test_the_batch_bar_grows_with_the_rows_a_call_waits_for():
+    # A batch lasts as long as its slowest row; the more rows, the further the slowest row's step count lies above
+    # the mean (the expected maximum of n standard normals: 1.05 for 4, 1.43 for 8). At fp32 batch 8 drafting that
+    # promised 5 % ran 0.964x plain (session l). The bar is min_batch_gain up to 4 rows and grows with that maximum.
+    assert slowest_row_spread(1) == 0.0
+    assert slowest_row_spread(4) == pytest.approx(1.049, abs=1e-3) and slowest_row_spread(8) == pytest.approx(1.434, abs=1e-3)
+    policy = CostAwareDraftPolicy()
+    bars = [policy.draft_gain(rows) for rows in (1, 2, 3, 4, 5, 8, 16, 64)]
+    assert bars[:4] == [0.02, 0.05, 0.05, 0.05] and bars[3:] == sorted(set(bars[3:]))  # then strictly growing
+    assert policy.draft_gain(8) == pytest.approx(0.05 * 1.434 / 1.049, rel=1e-3)
+    # One draft at acceptance 0.5 promises 6 % over a plain step: batch 4 drafts, batch 8 does not.
+    costs = StepCosts(draft_ms=1.5, target_ms={1: 30.0, 2: 36.0, 3: 42.0}, loop_ms={0: 35.6, 1: 35.6 * 1.5 / 1.06, 2: 70.0})
+    chosen = {batch: int(_schedule(CostAwareDraftPolicy(costs=costs, prior_alpha=0.5), batch=batch).lengths.max())
+              for batch in (4, 8)}
+    assert chosen == {4: 1, 8: 0}
 
 
 def test_in_a_batch_each_longer_draft_must_beat_the_shorter_one_by_min_batch_gain_too():
