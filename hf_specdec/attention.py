@@ -62,7 +62,8 @@ def _packs(module, query: torch.Tensor, key: torch.Tensor, attention_mask, dropo
 def attend_packed(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, scale=None) -> torch.Tensor:
     """Scaled dot-product attention of query [batch, heads, tokens, dim] over key/value [batch, kv_heads, keys, dim]
     (heads = groups * kv_heads, head h reading key/value head h // groups) under a mask shared by the heads
-    [batch or 1, 1, tokens, keys] (boolean or additive), on the key/value heads as they are: [batch, heads, tokens, dim]."""
+    [batch or 1, 1, tokens, keys] (boolean or additive), on the key/value heads as they are: [batch, heads, tokens, value
+    dim]."""
     batch, heads, tokens, dim = query.shape
     groups = heads // key.shape[1]
     # A group's query heads are consecutive: row m * tokens + t of group g is head g * groups + m at token t, and
@@ -71,7 +72,7 @@ def attend_packed(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
     if tokens > 1:
         mask = mask.repeat(1, 1, groups, 1)  # [batch or 1, 1, groups * tokens, keys]
     attended = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scale)
-    return attended.reshape(batch, heads, tokens, dim)
+    return attended.reshape(batch, heads, tokens, value.shape[-1])
 
 
 def sdpa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, is_causal=None, **kwargs):

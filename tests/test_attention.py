@@ -44,6 +44,13 @@ def test_packed_groups_attend_as_with_repeated_keys(tokens, additive):
         assert not torch.allclose(off.reshape(expected.shape), expected, atol=1e-3)
 
 
+def test_values_narrower_than_keys_keep_their_width():
+    query, key, _, mask = _inputs(tokens=3)
+    value = torch.randn(*key.shape[:3], 5, generator=torch.Generator().manual_seed(1))
+    expected = torch.nn.functional.scaled_dot_product_attention(query, repeat_kv(key, 3), repeat_kv(value, 3), attn_mask=mask)
+    assert torch.allclose(attend_packed(query, key, value, mask), expected, atol=1e-6)
+
+
 def test_the_registered_sdpa_packs_only_inside_the_loop(monkeypatch):
     assert AttentionInterface._global_mapping["sdpa"] is attention.sdpa_attention
     query, key, value, mask = _inputs(tokens=3)
