@@ -274,7 +274,7 @@ class CostAwareDraftPolicy(DraftPolicy):
 
     def draft_gain(self, rows: int) -> float:
         """How much a draft length must beat a plain step, or a shorter draft, by with `rows` active rows: `min_gain`
-        alone; in a batch `min_batch_gain`, from 4 rows on grown as the expected maximum of that many rows' step counts
+        alone; in a batch `min_batch_gain`, beyond 4 rows grown as the expected maximum of that many rows' step counts
         (`slowest_row_spread`): the call waits for its slowest row, and the more rows, the slower the slowest."""
         if rows <= 1:
             return self.min_gain
