@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 #: Tokens of context the timed forwards see; attention over it is a small share of a step.
 CONTEXT = 128
 REPEATS = 5
+#: Fresh drafter sessions whose first draft (reading CONTEXT tokens) is timed for `StepCosts.catch_up_ms`.
+CATCH_UP_REPEATS = 3
 #: Scratch generate() calls that time whole loop steps: prompt tokens, steps per call, calls per draft length.
 LOOP_CONTEXT = CONTEXT  # as long as the forwards' context: attention over it grows with the width
 LOOP_STEPS = 6
@@ -57,6 +59,11 @@ class StepCosts:
     drafted token, the drafter's processing and sampling), and `step_ms` prices every draft length from
     them. Without them (costs pinned by hand) a step is priced from the forwards alone.
 
+    `catch_up_ms` is what the drafter pays per token it has not read yet, per row (one column of the batch): it reads
+    the prompt at its first draft and, after plain steps, every token committed since (measured: a fresh session's
+    first draft after CONTEXT tokens, less a drafter step, per token). Loop steps price the one or two tokens a
+    drafting step catches up on; the tokens of a run of plain steps are paid by the probe after it.
+
     `StepCosts(draft_ms=3.0, target_ms={1: 60.0, 2: 66.0, 5: 90.0})` pins costs by hand (for
     `CostAwareDraftPolicy(costs=...)`): decisions then repeat exactly across processes and machines.
     """
@@ -64,6 +71,7 @@ class StepCosts:
     draft_ms: float
     target_ms: tuple[tuple[int, float], ...]  # (width, ms), widths ascending
     loop_ms: tuple[tuple[int, float], ...] = ()  # (drafts per row, ms of a whole loop step): 0, 1 (, 2), or none
+    catch_up_ms: float = 0.0  # ms the drafter's forward adds per token it reads per row (its prefill, its catch-up)
 
     def __post_init__(self) -> None:
         for name in ("target_ms", "loop_ms"):
@@ -72,6 +80,8 @@ class StepCosts:
             object.__setattr__(self, name, tuple(sorted((int(w), float(ms)) for w, ms in pairs)))
         if not self.target_ms or self.target_ms[0][0] != 1:
             raise ValueError("StepCosts needs the cost of a 1-token target forward (width 1).")
+        if not self.catch_up_ms >= 0:
+            raise ValueError(f"StepCosts.catch_up_ms must be >= 0 ms, got {self.catch_up_ms!r}.")
         if self.loop_ms and [k for k, _ in self.loop_ms] not in ([0, 1], [0, 1, 2]):
             raise ValueError("StepCosts.loop_ms holds the loop steps with 0, 1 and optionally 2 drafts per row "
                              "({0: ms, 1: ms} or {0: ms, 1: ms, 2: ms}).")
@@ -165,6 +175,11 @@ class TreeCosts:
         per_level, per_node = self.extras()
         return self.plain_ms * self._ratio(shape.max_nodes) + shape.max_depth * per_level + shape.max_nodes * per_node
 
+    @property
+    def catch_up_ms(self) -> float:
+        """The drafter's catch-up per token and row (`StepCosts.catch_up_ms`): the same in either loop."""
+        return self.chain.catch_up_ms
+
     def step_ms(self, num_drafts: int) -> float:
         """A chain of `num_drafts` in the tree loop (0: a plain step), as `StepCosts.step_ms`."""
         if num_drafts == 0:
@@ -245,8 +260,8 @@ def measure(
     target, drafter: Drafter, batch_size: int, device: torch.device, widths: tuple[int, ...], do_sample: bool = False,
     loop_steps: bool = True, vocab_size: int | None = None, generation_config=None,
 ) -> StepCosts:
-    """Times target forwards of each width and the drafter's one-token step on scratch caches after
-    CONTEXT random tokens (a warm-up of each first). The widths are timed in turns, REPEATS rounds, so a
+    """Times target forwards of each width, the drafter's one-token step and a fresh drafter session's first draft
+    (its catch-up per token) on scratch caches after CONTEXT random tokens (a warm-up of each first). The widths are timed in turns, REPEATS rounds, so a
     machine that slows down meanwhile slows every width alike and their ratios, which decide, hold; each
     keeps its fastest round, because noise (another process, a frequency dip) only ever adds time: a
     median let one slow stretch of 1-token forwards (72 vs 94 ms in two calibrations on this machine) make
@@ -292,10 +307,19 @@ def measure(
 
     draft()  # warm-up (and the drafter's own prefill)
     draft_ms = _fastest_ms(draft)
+
+    def first_draft() -> None:  # a fresh session reads all CONTEXT + 1 tokens, then drafts one
+        fresh = drafter.start(target, batch_size, device)
+        fresh.observe(context, features)
+        fresh.propose(ctx, ones)
+
+    first_draft()  # warm-up
+    # draft() reads 2 tokens per row, first_draft() CONTEXT + 1: what the other CONTEXT - 1 cost, per token.
+    catch_up_ms = max(0.0, (_fastest_ms(first_draft, CATCH_UP_REPEATS) - draft_ms) / (CONTEXT - 1))
     most = max(1, min(LOOP_DRAFTS, max(widths) - 1))  # a policy that never drafts 2 needs no 2-draft step
     loop_ms = measure_loop_steps(target, drafter, batch_size, device, do_sample, vocab_size, generation_config,
                                  most) if loop_steps else ()
-    return StepCosts(draft_ms=draft_ms, target_ms=target_ms, loop_ms=loop_ms)
+    return StepCosts(draft_ms=draft_ms, target_ms=target_ms, loop_ms=loop_ms, catch_up_ms=catch_up_ms)
 
 
 class _ClockedSchedule(DraftSchedule):
@@ -512,7 +536,7 @@ def tree_costs(
         if stored is not _MISSING:
             return stored
         wide = measure(target, drafter, batch_size, device, widths, do_sample, loop_steps=False)
-        chain = StepCosts(draft_ms=chain.draft_ms, target_ms=wide.target_ms, loop_ms=chain.loop_ms)
+        chain = dataclasses.replace(chain, target_ms=wide.target_ms)
         top_k, depth, nodes = TREE_PROBE
         policies = {
             "chain loop": _ClockedPolicy(max_gamma=1, num_drafts=0),  # the time base, timed in the same turns

@@ -174,7 +174,8 @@ class CostAwareDraftPolicy(DraftPolicy):
     estimate down), the first probe comes after `probe_after` plain steps. Otherwise the first run waits as
     many plain steps as keep a probe's expected net cost (a drafter step and a 2-token instead of a 1-token
     forward, less what its draft saves at the call's acceptance so far, in a batch its slowest row's: the batch
-    waits for that row) within `probe_budget` of the plain steps' time (at least `probe_after`): a drafter just
+    waits for that row; plus the drafter's catch-up on the tokens committed meanwhile, `StepCosts.catch_up_ms`)
+    within `probe_budget` of the plain steps' time (at least `probe_after`): a drafter just
     short of the break-even is probed again soon, one that accepted nothing waits the whole extra cost's worth.
     Each probe that does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when
     fewer steps are left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one:
@@ -451,11 +452,14 @@ class CostAwareSchedule(DraftSchedule):
     def _budgeted_interval(self, rate: float) -> int:
         """Plain steps to wait before a probe so that its expected net cost stays within `probe_budget` of the
         plain steps' time: its extra time (a drafter step, a wider forward) less the time its draft saves when
-        accepted at per-token `rate` (each row's accepted draft is a plain step not taken). A drafter right
-        nearly as often as the break-even costs little to probe; one never right costs the whole extra time."""
+        accepted at per-token `rate` (each row's accepted draft is a plain step not taken), plus the drafter's
+        catch-up on the token each row committed in each plain step waited (`catch_up_ms`, which grows with the
+        wait). A drafter right nearly as often as the break-even costs little to probe; one never right costs the
+        whole extra time; one whose catch-up alone costs the budget per plain step waits `max_probe_interval`."""
         plain_ms, probe_ms = self.costs.step_ms(0), self.costs.step_ms(1)
         net_ms = max(0.0, probe_ms - plain_ms * (1 + rate))
-        budgeted = math.ceil(net_ms / (self.policy.probe_budget * plain_ms))
+        room_ms = self.policy.probe_budget * plain_ms - self.costs.catch_up_ms  # per plain step
+        budgeted = math.ceil(net_ms / room_ms) if room_ms > 0 else math.inf
         return min(max(self.policy.probe_after, budgeted), self.policy.max_probe_interval)
 
     def _steps_left(self) -> float:

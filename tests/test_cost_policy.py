@@ -1,6 +1,7 @@
 """The cost-aware default policy: its choices on hand-built acceptance and costs (including drafting
 nothing and probing again), exactness under it, reproducible seeded sampling, one calibration per setting."""
 
+import dataclasses
 import threading
 
 import pytest
@@ -181,6 +182,21 @@ def test_probes_wait_until_their_cost_fits_the_budget():
     assert _schedule(CostAwareDraftPolicy(costs=cheap)).first_interval == 4
 
 
+def test_the_drafters_catch_up_on_the_plain_steps_counts_in_the_probes_wait():
+    # A probe after n plain steps also pays the drafter's catch-up on the n tokens each row committed meanwhile. On
+    # STEEP (a probe 33 ms over a 60 ms plain step, a 0.6 ms budget per plain step) a catch-up of 0.2 ms a token
+    # leaves 0.4 ms a step: 83 plain steps, not 55 (control: no catch-up). One of 0.6 ms a token uses up the whole
+    # budget, whatever the wait: max_probe_interval, which still probes (a drafter that becomes right is used again).
+    waits = {}
+    for catch_up_ms in (0.0, 0.2, 0.6):
+        costs = dataclasses.replace(STEEP, catch_up_ms=catch_up_ms)
+        waits[catch_up_ms] = _schedule(CostAwareDraftPolicy(costs=costs, max_probe_interval=200)).first_interval
+    assert waits == {0.0: 55, 0.2: 83, 0.6: 200}
+    schedule = _schedule(CostAwareDraftPolicy(costs=dataclasses.replace(STEEP, catch_up_ms=0.6), prior_alpha=0.0,
+                                              max_probe_interval=32))
+    assert 1 in [_step(schedule, accepted=0) for _ in range(40)]  # a probe, at the latest after 32 plain steps
+
+
 def test_a_first_run_just_short_of_the_break_even_is_probed_again_soon():
     # STEEP: a probe costs 33 ms more than a 60 ms plain step (break-even 0.58). A first run whose steps alternately
     # accept a draft and reject one (per-token rate 0.5: 3 accepted, 3 rejections before it stops) saves 30 of them, so a probe's expected net cost is 3 ms: 5 plain steps at
@@ -353,7 +369,10 @@ def test_calibration_keeps_the_fastest_round_of_each_width(target, partial_draft
     # Widths 1 and 2 are timed in turns (1, 2, 1, 2, ...), then the drafter's step 5 times. Slow stretches
     # (95 ms for a 1-token forward, 120 ms for a 2-token one) are noise that only ever adds time: the
     # fastest rounds, 60 and 74, are the costs; a median (62 and 76) moves with how many rounds were slow.
-    readings = iter([60.0, 75.0, 95.0, 76.0, 61.0, 120.0, 94.0, 74.0, 62.0, 77.0, 3.0, 9.0, 3.5, 3.2, 8.0])
+    # Then 3 fresh drafter sessions' first drafts (reading CONTEXT + 1 = 129 tokens): the fastest, 15.7 ms, less the
+    # drafter step (3 ms, 2 tokens) is 12.7 ms for 127 tokens: 0.1 ms a token.
+    readings = iter([60.0, 75.0, 95.0, 76.0, 61.0, 120.0, 94.0, 74.0, 62.0, 77.0, 3.0, 9.0, 3.5, 3.2, 8.0,
+                     16.0, 15.7, 31.0])
 
     def fake_time_ms(run):
         run()
@@ -363,7 +382,8 @@ def test_calibration_keeps_the_fastest_round_of_each_width(target, partial_draft
     costs = calibration.measure(target, hf_specdec.ModelDrafter(partial_drafter), 1, torch.device("cpu"), (1, 2))
     assert costs.target_ms == ((1, 60.0), (2, 74.0))
     assert costs.draft_ms == 3.0
-    assert next(readings, None) is None  # every reading was taken: 5 rounds of 2 widths, 5 drafter steps
+    assert costs.catch_up_ms == pytest.approx(0.1)
+    assert next(readings, None) is None  # every reading was taken: 5 rounds of 2 widths, 5 drafter steps, 3 first drafts
 
 
 #: fp32 batch 4, the shipped independent drafter on Zen 5 (avx512_bf16, no AMX), as a calibration priced it
