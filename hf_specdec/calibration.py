@@ -38,10 +38,18 @@ CONTEXT = 128
 REPEATS = 5
 #: Fresh drafter sessions whose first draft (reading CONTEXT tokens) is timed for `StepCosts.catch_up_ms`.
 CATCH_UP_REPEATS = 3
-#: Scratch generate() calls that time whole loop steps: prompt tokens, steps per call, calls per draft length.
+#: Scratch generate() calls that time whole loop steps: prompt tokens, steps per call, calls per draft length (at
+#: least LOOP_ROUNDS; more, up to LOOP_MAX_ROUNDS, until each length's two fastest calls agree within LOOP_AGREEMENT).
 LOOP_CONTEXT = CONTEXT  # as long as the forwards' context: attention over it grows with the width
 LOOP_STEPS = 6
 LOOP_ROUNDS = 2
+#: Why more rounds on a noisy machine: on an AMD EPYC Zen 4 VM (avx512_bf16, no AMX) a call's median step varied by up
+#: to 70 % between rounds (bf16 batch 4, plain: 56-96 ms), and with two rounds the 1-draft step of one setting
+#: measured 1.04-1.24x the plain step in four calibrations of one process (break-even acceptance 0.05-0.27); the
+#: fastest of six rounds measured 1.16-1.20x (docs/bench/issue24/calib-spread/). On a quiet machine two rounds agree
+#: and nothing more is timed.
+LOOP_MAX_ROUNDS = 6
+LOOP_AGREEMENT = 0.03
 #: The most drafts per row whose whole loop steps are timed (longer drafts are priced from the longest timed).
 #: Two, not one: scaling the plain step by the forwards' width ratio priced a 2-draft step at batch 4 at 1.22x a
 #: 1-draft step where the bench measured ~1.1x, so the default drafted 1 where 2 paid (1.09x against 1.23x plain;
@@ -397,7 +405,8 @@ def measure_loop_steps(
     """{0: ms, 1: ms, ...}: whole steps of the decoding loop (draft, verify, process, commit, roll back, the
     drafter's catch-up) with 0 to `most_drafts` (1 or 2) drafts per row, each the time between consecutive
     verifications of a scratch generate() call over LOOP_CONTEXT random tokens per row (the median of its
-    LOOP_STEPS steps; the fastest of LOOP_ROUNDS calls, taken in turns like the forwards).
+    LOOP_STEPS steps; the fastest of LOOP_ROUNDS to LOOP_MAX_ROUNDS calls, taken in turns like the forwards, as
+    many as `_rounds_agree` asks for).
     Drafts after random tokens are mostly rejected, so a step scores 1 + drafts tokens and commits one, as a
     useless drafter's would. `vocab_size`: the width the asking call's check agreed on (None: check here,
     without tokenizers); `generation_config`: the asking call's, so the scratch steps run its processors."""
@@ -430,7 +439,9 @@ def _time_scratch_steps(
                   return_dict_in_generate=False, output_scores=False, output_logits=False)
     rounds: dict = {label: [] for label in policies}
     try:
-        for attempt in range(LOOP_ROUNDS):  # no warm-up call: the forwards above warmed up, and a median skips step 1
+        for attempt in range(LOOP_MAX_ROUNDS):  # no warm-up call: the forwards above warmed up, and a median skips step 1
+            if attempt >= LOOP_ROUNDS and _rounds_agree(rounds):
+                break
             for label, times in rounds.items():
                 policy = dataclasses.replace(policies[label], schedules=[])  # a fresh clock per call
                 generate_with_drafter(
@@ -448,6 +459,20 @@ def _time_scratch_steps(
     if not all(rounds.values()):
         return {}
     return {label: min(times) for label, times in rounds.items()}
+
+
+def _rounds_agree(rounds: dict) -> bool:
+    """Whether every label's two fastest timed calls (ms of a step) lie within LOOP_AGREEMENT of each other: noise only
+    adds time, so the fastest of two calls that agree is the machine's own speed, while a fastest call that stands alone
+    may be the only one a slow stretch spared, or two calls a slow stretch hit alike (the length then mispriced against
+    the others). A label with fewer than two calls, or none at all, has not agreed."""
+    for times in rounds.values():
+        if len(times) < 2:
+            return False
+        fastest, second = sorted(times)[:2]
+        if second > fastest * (1 + LOOP_AGREEMENT):
+            return False
+    return True
 
 
 def _cost_identity(drafter: Drafter):

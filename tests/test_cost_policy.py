@@ -643,7 +643,9 @@ def test_calibration_times_whole_loop_steps_through_generate(target, partial_dra
     calls = {}
     for call, k, _ in stats:  # a call's drafts per step (its last step has no room to draft)
         calls[call] = max(calls.get(call, 0), k)
-    assert sorted(calls.values()) == [k for k in (0, 1, 2) for _ in range(calibration.LOOP_ROUNDS)]
+    rounds = len(calls) // 3  # more than LOOP_ROUNDS where the timed calls disagree (a busy machine)
+    assert calibration.LOOP_ROUNDS <= rounds <= calibration.LOOP_MAX_ROUNDS
+    assert sorted(calls.values()) == [k for k in (0, 1, 2) for _ in range(rounds)]
     assert list(calls.values())[:3] == [0, 1, 2]  # in turns
     assert max(rows for _, _, rows in stats) == 2
     # A call with accepted drafts takes fewer steps; every call takes at most LOOP_STEPS + 1.
