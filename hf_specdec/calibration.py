@@ -45,10 +45,10 @@ LOOP_STEPS = 6
 LOOP_ROUNDS = 2
 #: Why more rounds on a noisy machine: on an AMD EPYC Zen 4 VM (avx512_bf16, no AMX) a call's median step varied by up
 #: to 70 % between rounds (bf16 batch 4, plain: 56-96 ms), and with two rounds the 1-draft step of one setting
-#: measured 1.04-1.24x the plain step in four calibrations of one process (break-even acceptance 0.05-0.27); the
-#: fastest of six rounds measured 1.16-1.20x (docs/bench/issue24/calib-spread/). On a quiet machine two rounds agree
-#: and nothing more is timed.
-LOOP_MAX_ROUNDS = 6
+#: measured 1.04-1.19x the plain step in five calibrations of one process; the fastest of six rounds 1.17-1.19x, of
+#: four nearly as close (docs/bench/issue24/calib-spread/). Four, not six: every round re-times a prompt's prefill
+#: per length, and six took up to 48 s at batch 8 there. On a quiet machine two rounds agree and nothing more is timed.
+LOOP_MAX_ROUNDS = 4
 LOOP_AGREEMENT = 0.03
 #: The most drafts per row whose whole loop steps are timed (longer drafts are priced from the longest timed).
 #: Two, not one: scaling the plain step by the forwards' width ratio priced a 2-draft step at batch 4 at 1.22x a
