@@ -30,9 +30,10 @@ PACKED = "_hf_specdec_packed"  # (weight version, packed weight) on each packed 
 
 
 def describe() -> str:
-    """The CPU's model name and whether it computes bf16 in hardware, e.g. 'AMD EPYC (avx512_bf16: yes, amx_bf16:
-    no)': speed figures on a CPU mean little without it (bf16 verification is nearly free with these
-    instructions and slow without them). Read from /proc/cpuinfo; elsewhere the platform's processor name."""
+    """The CPU's model name, family and model, and whether it computes bf16 in hardware, e.g. 'AMD EPYC, family 25
+    model 17 (avx512_bf16: yes, amx_bf16: no)': speed figures on a CPU mean little without it (bf16 verification is
+    nearly free with these instructions and slow without them; a VM's model name alone, 'AMD EPYC', does not tell
+    Zen 3, 4 and 5 apart). Read from /proc/cpuinfo; elsewhere the platform's processor name."""
     fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -43,7 +44,10 @@ def describe() -> str:
         return platform.processor() or platform.machine()
     flags = set(fields.get("flags", "").split())
     found = ", ".join(f"{flag}: {'yes' if flag in flags else 'no'}" for flag in ("avx512_bf16", "amx_bf16"))
-    return f"{fields.get('model name', platform.machine())} ({found})"
+    name = fields.get("model name", platform.machine())
+    if "cpu family" in fields and "model" in fields:
+        name = f"{name}, family {fields['cpu family']} model {fields['model']}"
+    return f"{name} ({found})"
 
 
 @functools.lru_cache(maxsize=8)  # asked before every call that drafts with a feature head

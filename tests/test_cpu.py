@@ -66,3 +66,7 @@ def test_describe_names_the_cpu_and_its_bf16_instructions(monkeypatch):
     zen3 = "model name\t: AMD EPYC 7B13\nflags\t\t: fpu avx2\n"
     monkeypatch.setattr(cpu, "open", lambda *args, **kwargs: io.StringIO(zen3), raising=False)
     assert cpu.describe() == "AMD EPYC 7B13 (avx512_bf16: no, amx_bf16: no)"
+    # A VM that names every AMD EPYC alike: its family and model tell Zen 4 (25, 17) from Zen 5 (26, 2).
+    vm = "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\nflags\t\t: avx512_bf16\n"
+    monkeypatch.setattr(cpu, "open", lambda *args, **kwargs: io.StringIO(vm), raising=False)
+    assert cpu.describe() == "AMD EPYC, family 25 model 17 (avx512_bf16: yes, amx_bf16: no)"
