@@ -195,14 +195,14 @@ class CostAwareDraftPolicy(DraftPolicy):
             as its slowest row, and the tokens summed over rows do not see that. Why 8 %: with the shipped head (right
             0.50 of the time) drafting one token every step on the 48 held-out requests (fp32 greedy, a row's steps
             exact at any batch size), a batch of 4 committed 1.37 tokens per forward and a batch of 8 1.31, where its
-            rows commit 1.50 per step each: 8.7 % and 13 % short (the slowest row lags by chance, and rows differ: in the bench's
-            chat batch of 8 the row that ran longest was the one the head was least often right on, 0.23); a bar g
-            covers a shortfall s where 1 + g >= 1 / (1 - s). With 5 % (batch 8: 6.8 %) the head drafted at fp32 batch 8 on an AMD EPYC Zen 4
-            (avx512_bf16, no AMX), where a 1-draft step costs 1.36 plain steps, and ran 0.941x plain in the bench
-            (docs/bench/issue24/batch-bar/). Measured on Zen 5 before: at bf16 batch 8 drafting that promised 1-3 % over
-            plain steps ran 0.95-0.97x plain (docs/bench/issue24/b8/); at batch 4 on 48 held-out requests the default
-            with a 2 % bar between lengths drafted 2 where a chain of 1 ran faster, 1.051x plain against 1.094x with a 5 %
-            bar for every length (docs/bench/issue24/chaos/).
+            rows commit 1.50 per step each: 8.7 % and 13 % short (the slowest row lags by chance, and rows differ: in
+            the bench's chat batch of 8 the row that ran longest was the one the head was least often right on, 0.23); a
+            bar g covers a shortfall s where 1 + g >= 1 / (1 - s). With 5 % (batch 8: 6.8 %) the head drafted at fp32
+            batch 8 on an AMD EPYC Zen 4 (avx512_bf16, no AMX), where a 1-draft step costs 1.36 plain steps, and ran
+            0.941x plain in the bench (docs/bench/issue24/batch-bar/). Measured on Zen 5 before: at bf16 batch 8
+            drafting that promised 1-3 % over plain steps ran 0.95-0.97x plain (docs/bench/issue24/b8/); at batch 4 on
+            48 held-out requests the default with a 2 % bar between lengths drafted 2 where a chain of 1 ran faster,
+            1.051x plain against 1.094x with a 5 % bar for every length (docs/bench/issue24/chaos/).
         give_up_after: rejections (all rows together) after which a call that has accepted no draft stops
             drafting except for probes.
         prior_alpha: each row's acceptance before its first draft (worth `prior_weight` drafts). None (the default):

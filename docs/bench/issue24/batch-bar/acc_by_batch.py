@@ -1,6 +1,8 @@
 """Issue 24, session o: the head's gamma-1 acceptance on the held-out requests at each batch size (no timing)."""
-import sys, torch
-sys.path.insert(0, "docs/bench/issue24")
+import sys
+
+import torch
+
 from hf_specdec.bench.prompts import batches, encode
 from hf_specdec.distill.heldout_requests import HELDOUT_REQUESTS
 from hf_specdec.loading import load_drafter

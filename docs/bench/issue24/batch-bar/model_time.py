@@ -59,38 +59,43 @@ for cls in (DraftSchedule, P.CostAwareSchedule):
     _clocked(cls)
 
 
-class SlowestAlpha(P.CostAwareSchedule):
+class RowRule(P.CostAwareSchedule):
+    """The default's length choice with `choose` in place of the summed-token rule; the give-up rule and probes as
+    the default has them."""
+
+    def choose(self, rows: torch.Tensor, longest: int) -> int:
+        raise NotImplementedError
+
+    def _lengths(self, active, probing):
+        rows = active.cpu()
+        k = 0
+        if rows.any():
+            longest = min(self.policy.max_gamma, 1 + int(self.total_accepted[rows].max()))
+            k = 0 if self.given_up() else self.choose(rows, longest)
+            k = 1 if k == 0 and probing else k
+        return torch.full(rows.shape, k, dtype=torch.long, device=self.device)
+
+
+class SlowestAlpha(RowRule):
     """The batch decides on its least accepted row's estimate alone (with the batch bar)."""
 
-    def _lengths(self, active, probing):
-        rows = active.cpu()
-        k = 0
-        if rows.any():
-            longest = min(self.policy.max_gamma, 1 + int(self.total_accepted[rows].max()))
-            alpha = self.alpha()[rows].min().reshape(1)
-            k = 0 if self.given_up() else P.best_draft_length(alpha, self.costs, longest, self.policy.draft_gain(int(rows.sum())))
-            k = 1 if k == 0 and probing else k
-        return torch.full(rows.shape, k, dtype=torch.long, device=self.device)
+    def choose(self, rows, longest):
+        alpha = self.alpha()[rows].min().reshape(1)
+        return P.best_draft_length(alpha, self.costs, longest, self.policy.draft_gain(int(rows.sum())))
 
 
-class Bottleneck(P.CostAwareSchedule):
+class Bottleneck(RowRule):
     """The length that ends the batch soonest if each row needs tokens-left / expected-tokens steps (no spread)."""
 
-    def _lengths(self, active, probing):
-        rows = active.cpu()
-        k = 0
-        if rows.any():
-            longest = min(self.policy.max_gamma, 1 + int(self.total_accepted[rows].max()))
-            alpha = self.alpha()[rows].double()
-            left = (self.max_new_tokens - self._committed[rows]).clamp(min=1).double()
-            best_ms = float(left.max()) * self.costs.step_ms(0)
-            for length in range(1, longest + 1):
-                ms = float((left / P.expected_tokens(alpha, length)).max()) * self.costs.step_ms(length)
-                if ms * (1 + self.policy.min_gain) < best_ms:
-                    k, best_ms = length, ms
-            k = 0 if self.given_up() else k
-            k = 1 if k == 0 and probing else k
-        return torch.full(rows.shape, k, dtype=torch.long, device=self.device)
+    def choose(self, rows, longest):
+        alpha = self.alpha()[rows].double()
+        left = (self.max_new_tokens - self._committed[rows]).clamp(min=1).double()
+        best, best_ms = 0, float(left.max()) * self.costs.step_ms(0)
+        for length in range(1, longest + 1):
+            ms = float((left / P.expected_tokens(alpha, length)).max()) * self.costs.step_ms(length)
+            if ms * (1 + self.policy.min_gain) < best_ms:
+                best, best_ms = length, ms
+        return best
 
 
 def rule(schedule_cls=None, **kwargs):

@@ -1,6 +1,8 @@
 """Issue 24, session o: per-step times of real calls (the 48 held-out requests) with 0 and 1 drafts per row (the head),
 by how many rows accepted, against what the calibration prices (a 1-draft step with rejected drafts only)."""
-import sys, time, statistics, dataclasses
+import statistics
+import sys
+import time
 from dataclasses import dataclass
 import torch
 from hf_specdec import calibration as C
