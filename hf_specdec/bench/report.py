@@ -39,22 +39,24 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
     "default": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("gamma", "gamma"),
         ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens", "tokens"),
-        ("tokens_per_s", "tokens/s"), ("speedup", "vs plain"), ("speedup_of_totals", "vs plain, totals"),
+        ("tokens_per_s", "tokens/s"), ("speedup", "vs plain"), ("speedup_interval", "vs plain, 90 % interval"),
+        ("speedup_of_totals", "vs plain, totals"),
         ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"),
         ("costs_ms", "costs ms"), ("break_even", "break-even"), ("prior", "prior"),
     ],
     "feature": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("gamma", "gamma"), ("alpha", "alpha"),
         ("acceptance_rate", "acceptance"), ("tokens_per_step", "tokens/step"), ("tokens_per_s", "tokens/s"),
-        ("speedup", "vs plain"), ("speedup_of_totals", "vs plain, totals"),
-        ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"),
-        ("exact", "= plain greedy"), ("costs_ms", "costs ms"), ("break_even", "break-even"), ("prior", "prior"),
+        ("speedup", "vs plain"), ("speedup_interval", "vs plain, 90 % interval"),
+        ("speedup_of_totals", "vs plain, totals"), ("speedup_range", "vs plain, one repeat"),
+        ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"), ("costs_ms", "costs ms"),
+        ("break_even", "break-even"), ("prior", "prior"),
     ],
     "trees": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("acceptance_rate", "acceptance"),
         ("tokens_per_step", "tokens/forward"), ("forward_gain", "forward gain"), ("tokens_per_s", "tokens/s"),
-        ("speedup", "vs plain"), ("speedup_range", "vs plain, one repeat"), ("vs_best_chain", "vs best chain"),
-        ("exact", "= plain greedy"),
+        ("speedup", "vs plain"), ("speedup_interval", "vs plain, 90 % interval"),
+        ("speedup_range", "vs plain, one repeat"), ("vs_best_chain", "vs best chain"), ("exact", "= plain greedy"),
     ],
     "datagen": [
         ("method", "method"), ("batch_size", "batch"), ("tokens", "tokens"), ("seconds", "s"), ("tokens_per_s", "tokens/s"),
@@ -85,9 +87,12 @@ def goals(results: dict) -> list[dict[str, Any]]:
     """The issue's targets, per decoding mode, from whichever sections ran."""
     found = []
 
-    def add(goal: str, mode: str, value: float, threshold: float, strict: bool = False, judged: bool = True) -> None:
+    def add(goal: str, mode: str, value: float, threshold: float, strict: bool = False, judged: bool = True,
+            interval: list[float] | None = None) -> None:
         met = (value > threshold if strict else value >= threshold) if judged else None
         found.append({"goal": goal, "mode": mode, "value": round(value, 3), "threshold": threshold, "met": met})
+        if interval is not None:  # a paired median's: the run's noise around `value`
+            found[-1]["interval"] = interval
 
     # Sampled rows of a batch stop at EOS after different, random lengths in each method, while every method
     # runs until its batch's longest row ends: tokens/s then measures which method's draws were longer
@@ -122,7 +127,7 @@ def goals(results: dict) -> list[dict[str, Any]]:
             judged = comparable(mode, row["batch_size"])
             if row["method"].endswith("unrelated drafter"):
                 add(f"default, unrelated drafter: >= 0.97x plain at batch {row['batch_size']}", mode, row["speedup"], 0.97,
-                    judged=judged)
+                    judged=judged, interval=row.get("speedup_interval"))
             elif row.get("gamma") == "default":
                 add(f"default: >= 0.95x the best fixed gamma at batch {row['batch_size']}", mode, row["vs_best_fixed"], 0.95,
                     judged=judged)
@@ -130,7 +135,8 @@ def goals(results: dict) -> list[dict[str, Any]]:
         feature_rows = {(r["batch_size"], r["gamma"]): r for r in _rows(results, "feature") if r["mode"] == mode}
         default_b1 = feature_rows.get((1, "default"))
         if default_b1 is not None:
-            add("feature head, default, batch 1: x plain", mode, default_b1["speedup"], 1.5 if mode == "greedy" else 1.3)
+            add("feature head, default, batch 1: x plain", mode, default_b1["speedup"], 1.5 if mode == "greedy" else 1.3,
+                interval=default_b1.get("speedup_interval"))
             if theirs:
                 add("feature head, default, batch 1: x the faster transformers assisted row (independent drafter)", mode,
                     default_b1["tokens_per_s"] / max(theirs), 1.3)
@@ -140,7 +146,9 @@ def goals(results: dict) -> list[dict[str, Any]]:
                 add("feature head: per-token alpha (fastest fixed gamma)", mode, alpha, 0.6)
         largest = max((size for size, g in feature_rows if g == "default"), default=1)
         if mode == "greedy" and largest > 1:
-            add(f"feature head, default, batch {largest}: x plain", mode, feature_rows[(largest, "default")]["speedup"], 1.2)
+            row = feature_rows[(largest, "default")]
+            add(f"feature head, default, batch {largest}: x plain", mode, row["speedup"], 1.2,
+                interval=row.get("speedup_interval"))
     ratio = results["sections"].get("feature", {}).get("step_cost_ratio")
     if ratio is not None:
         found.append({"goal": "feature head step / target step <= 0.08", "mode": "-", "value": ratio, "threshold": 0.08,
@@ -157,7 +165,7 @@ def _cell(row: dict, key: str) -> str:
     value = row.get(key)
     if value is None:
         return "–"
-    if key == "speedup_range":  # [lowest, highest]
+    if key in ("speedup_range", "speedup_interval", "interval"):  # [lowest, highest]
         return f"{value[0]:.3f}–{value[1]:.3f}"
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
@@ -205,9 +213,10 @@ def markdown(results: dict, titles: dict[str, str]) -> str:
            if config.get("dtype", "float32") != "float32" else "."),
     ]
     if results["goals"]:
-        lines += ["", "## Goals", "", "| goal | mode | value | met |", "|---|---|---|---|"]
+        lines += ["", "## Goals", "", "| goal | mode | value | 90 % interval | met |", "|---|---|---|---|---|"]
         lines += [
-            f"| {g['goal']} | {g['mode']} | {g['value']:.3f} | {_met(g['met'])} |" for g in results["goals"]
+            f"| {g['goal']} | {g['mode']} | {g['value']:.3f} | {_cell(g, 'interval')} | {_met(g['met'])} |"
+            for g in results["goals"]
         ]
         if any(g["met"] is None for g in results["goals"]):
             lines += ["", "- not judged: sampled rows of a batch end at EOS after random lengths that differ between "
