@@ -190,19 +190,23 @@ class CostAwareDraftPolicy(DraftPolicy):
         min_gain: a draft length must beat the best shorter one (0: a plain step) by this fraction of
             its rate (guards against drafting on noise in the measured costs).
         min_batch_gain: with 2 to 4 active rows, drafting must beat a plain step, and each longer draft the best
-            shorter one, by this fraction (at least `min_gain`); with more rows by this fraction times
-            `slowest_row_spread(rows) / slowest_row_spread(4)` (batch 8: 1.37x, 16: 1.69x): a batch call lasts as long
-            as its slowest row, and the tokens summed over rows do not see that. Why 8 %: with the shipped head (right
-            0.50 of the time) drafting one token every step on the 48 held-out requests (fp32 greedy, a row's steps
-            exact at any batch size), a batch of 4 committed 1.37 tokens per forward and a batch of 8 1.31, where its
-            rows commit 1.50 per step each: 8.7 % and 13 % short (the slowest row lags by chance, and rows differ: in
-            the bench's chat batch of 8 the row that ran longest was the one the head was least often right on, 0.23); a
-            bar g covers a shortfall s where 1 + g >= 1 / (1 - s). With 5 % (batch 8: 6.8 %) the head drafted at fp32
-            batch 8 on an AMD EPYC Zen 4 (avx512_bf16, no AMX), where a 1-draft step costs 1.36 plain steps, and ran
-            0.941x plain in the bench (docs/bench/issue24/batch-bar/). Measured on Zen 5 before: at bf16 batch 8
-            drafting that promised 1-3 % over plain steps ran 0.95-0.97x plain (docs/bench/issue24/b8/); at batch 4 on
-            48 held-out requests the default with a 2 % bar between lengths drafted 2 where a chain of 1 ran faster,
-            1.051x plain against 1.094x with a 5 % bar for every length (docs/bench/issue24/chaos/).
+            shorter one, by this fraction (at least `min_gain`); with more rows by this fraction times the square of
+            `slowest_row_spread(rows) / slowest_row_spread(4)` (batch 8: 1.87x, 16: 2.84x): a batch call lasts as long
+            as its slowest row, and the tokens summed over rows do not see that. Why 8 %, and why squared: with the
+            shipped head (right 0.50 of the time) drafting one token every step on the 48 held-out requests (fp32
+            greedy, a row's steps exact at any batch size), a batch of 4 committed 1.37 tokens per forward and a batch
+            of 8 1.31, where its rows commit 1.50 per step each: 8.7 % and 13 % short (the slowest row lags by chance,
+            and rows differ: in the bench's chat batch of 8 the row that ran longest was the one the head was least
+            often right on, 0.23); a bar g covers a shortfall s where 1 + g >= 1 / (1 - s): 9.5 % and 15 %. The
+            spread alone grows 1.37x from 4 rows to 8 (10.9 %), its square 1.87x (15.0 %). With 5 % (batch 8: 6.8 %)
+            the head drafted at fp32 batch 8 on an AMD EPYC Zen 4 (avx512_bf16, no AMX), where a 1-draft step costs
+            1.36 plain steps, and ran 0.941x plain in the bench (docs/bench/issue24/batch-bar/); with 10.9 % 0.955x,
+            and in model time (the real loop, steps priced at their calibrated costs) the worst of 16 runs at batch 8
+            read 0.958x, against 0.988x with 15 % at about the same mean (docs/bench/issue24/batch-bar/b8_bar.txt).
+            Measured on Zen 5 before: at bf16 batch 8 drafting that promised 1-3 % over plain steps ran 0.95-0.97x
+            plain (docs/bench/issue24/b8/); at batch 4 on 48 held-out requests the default with a 2 % bar between
+            lengths drafted 2 where a chain of 1 ran faster, 1.051x plain against 1.094x with a 5 % bar for every
+            length (docs/bench/issue24/chaos/).
         give_up_after: rejections (all rows together) after which a call that has accepted no draft stops
             drafting except for probes.
         prior_alpha: each row's acceptance before its first draft (worth `prior_weight` drafts). None (the default):
@@ -281,11 +285,13 @@ class CostAwareDraftPolicy(DraftPolicy):
 
     def draft_gain(self, rows: int) -> float:
         """How much a draft length must beat a plain step, or a shorter draft, by with `rows` active rows: `min_gain`
-        alone; in a batch `min_batch_gain`, beyond 4 rows grown as the expected maximum of that many rows' step counts
-        (`slowest_row_spread`): the call waits for its slowest row, and the more rows, the slower the slowest."""
+        alone; in a batch `min_batch_gain`, beyond 4 rows grown as the square of the expected maximum of that many rows'
+        step counts (`slowest_row_spread`): the call waits for its slowest row, and the more rows, the further the
+        slowest lags by chance and the likelier it is one the drafter is rarely right on (the measured shortfall grew
+        1.5x from 4 rows to 8, the spread 1.37x)."""
         if rows <= 1:
             return self.min_gain
-        return max(self.min_gain, self.min_batch_gain * max(1.0, slowest_row_spread(rows) / slowest_row_spread(4)))
+        return max(self.min_gain, self.min_batch_gain * max(1.0, slowest_row_spread(rows) / slowest_row_spread(4)) ** 2)
 
     def widths(self) -> tuple[int, ...]:
         """Target forward widths to time (others are interpolated): 1 .. 4, then every other."""
