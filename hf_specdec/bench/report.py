@@ -146,9 +146,9 @@ def goals(results: dict) -> list[dict[str, Any]]:
                 add("feature head: per-token alpha (fastest fixed gamma)", mode, alpha, 0.6)
         largest = max((size for size, g in feature_rows if g == "default"), default=1)
         if mode == "greedy" and largest > 1:
-            row = feature_rows[(largest, "default")]
-            add(f"feature head, default, batch {largest}: x plain", mode, row["speedup"], 1.2,
-                interval=row.get("speedup_interval"))
+            at_largest = feature_rows[(largest, "default")]
+            add(f"feature head, default, batch {largest}: x plain", mode, at_largest["speedup"], 1.2,
+                interval=at_largest.get("speedup_interval"))
     ratio = results["sections"].get("feature", {}).get("step_cost_ratio")
     if ratio is not None:
         found.append({"goal": "feature head step / target step <= 0.08", "mode": "-", "value": ratio, "threshold": 0.08,
