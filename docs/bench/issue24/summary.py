@@ -39,13 +39,15 @@ def main() -> None:
     print("|---|" + "---|" * len(RUNS))
     for label in [*DRAFTERS, "A/A control (plain again)"]:
         source = control if label.startswith("A/A") else {k[1:]: v for k, v in found.items() if k[0] == label}
-        print(f"| {label} | " + " | ".join(" / ".join(cell(source[d, m, b]) for b in (1, 4, 8)) for d, m, _ in RUNS) + " |")
+        cells = [" / ".join(cell(source[dtype, mode, size]) for size in (1, 4, 8)) for dtype, mode, _ in RUNS]
+        print(f"| {label} | " + " | ".join(cells) + " |")
     met = [k for k, (s, _) in found.items() if s >= BAR]
     below = [k for k, (s, i) in found.items() if s < BAR and i is not None and i[1] < BAR]
     noise = [k for k, (s, i) in found.items() if s < BAR and i is not None and i[1] >= BAR]
     unknown = [k for k, (s, i) in found.items() if s < BAR and i is None]
     print(f"\n{len(met)} of {len(found)} >= {BAR}x; missed with the whole interval below: {len(below)} {below}; "
-          f"missed within noise: {len(noise)} {noise}" + (f"; missed, no interval recorded: {unknown}" if unknown else ""))
+          f"missed within noise: {len(noise)} {noise}"
+          + (f"; missed, no interval recorded: {unknown}" if unknown else ""))
 
 
 if __name__ == "__main__":
