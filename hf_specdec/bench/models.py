@@ -3,7 +3,7 @@
 Contract: `load_pair(drafter_path)` returns (target, drafter, tokenizer, drafter_source); when the
 drafter directory does not exist yet, the drafter is `stand_in_drafter(target)`, a truncated copy of
 the target (acceptance of a few percent: it checks the plumbing, it measures nothing), and
-`drafter_source` says so.
+`drafter_source` says so. `unrelated_drafter(drafter)` is the never-right drafter of the default's checks.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 from transformers import LlamaForCausalLM, PreTrainedModel
+
+from hf_specdec.drafters.base import forget_acceptance
 
 #: Where the distilled drafter and the feature head for SmolLM2-135M-Instruct are shipped (repo root).
 DEFAULT_DRAFTER = "drafters/smollm2-135m-instruct"
@@ -33,6 +35,18 @@ def stand_in_drafter(target: PreTrainedModel, num_layers: int = 2) -> PreTrained
     drafter.tie_weights()
     drafter.generation_config = copy.deepcopy(target.generation_config)
     return drafter.eval()
+
+
+def unrelated_drafter(drafter: PreTrainedModel, seed: int = 0) -> PreTrainedModel:
+    """A drafter that knows nothing: `drafter`'s architecture, dtype and generation config with fresh random weights
+    (seeded; same vocabulary). It declares no acceptance (the drafter's `hf_specdec_acceptance` is not its own), so the
+    default starts it from 0.5, as any drafter nobody measured."""
+    torch.manual_seed(seed)
+    config = copy.deepcopy(drafter.config)
+    forget_acceptance(config)
+    model = type(drafter)(config).to(next(drafter.parameters()).dtype).eval()
+    model.generation_config = copy.deepcopy(drafter.generation_config)
+    return model
 
 
 def load_pair(drafter_path: str | Path = DEFAULT_DRAFTER, dtype: torch.dtype = torch.float32):

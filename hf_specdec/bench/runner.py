@@ -10,7 +10,6 @@ with plain generate() interleaved, batch by batch, for ratios that a drifting ma
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,8 @@ from hf_specdec.bench import prompts as prompt_sets
 from hf_specdec.bench.measure import (
     GenerateFn, Measurement, first_difference, median_interval, paired_ratios, paired_speedup, time_side_by_side,
 )
+from hf_specdec.bench.models import unrelated_drafter
 from hf_specdec.distill.evaluate import step_cost_ms
-from hf_specdec.drafters.base import forget_acceptance
 
 MODES = ("greedy", "sampled")
 
@@ -162,12 +161,7 @@ class Bench:
         (same vocabulary), for the never-slower-than-plain check. It declares no acceptance (the drafter's
         `hf_specdec_acceptance` is not its own), so the default starts it from 0.5, as any drafter nobody measured."""
         if self._unrelated is None:
-            torch.manual_seed(self.config.seed)
-            config = copy.deepcopy(self.drafter.config)
-            forget_acceptance(config)
-            model = type(self.drafter)(config).to(next(self.drafter.parameters()).dtype).eval()
-            model.generation_config = copy.deepcopy(self.drafter.generation_config)
-            self._unrelated = model
+            self._unrelated = unrelated_drafter(self.drafter, self.config.seed)
         return self._unrelated
 
     # Measuring ----------------------------------------------------------------------------------

@@ -5,11 +5,10 @@ _ClockedPolicy(0): the loop's own overhead, no drafting at all), and the default
 Run: nice -n -15 taskset -c 1 .venv/bin/python docs/bench/issue24/useless-b4/ab_useless.py DTYPE BATCH ROUNDS [chat]
 (chat: the bench's 8 chat prompts instead of the held-out requests; session p.)
 """
-import copy
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM
+from pair import load
 
 sys.path.insert(0, "docs/bench/issue24")
 from turns import in_turns, report  # noqa: E402
@@ -18,17 +17,10 @@ from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode  # noqa: E402
 from hf_specdec.calibration import _ClockedPolicy  # noqa: E402
 from hf_specdec.cpu import describe  # noqa: E402
 from hf_specdec.distill.heldout_requests import HELDOUT_REQUESTS  # noqa: E402
-from hf_specdec.drafters.base import forget_acceptance  # noqa: E402
-from hf_specdec.smollm2 import load_smollm2  # noqa: E402
 
 dtype, batch_size, rounds = getattr(torch, sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(1)
-target, tok = load_smollm2(dtype)
-drafter = AutoModelForCausalLM.from_pretrained("drafters/smollm2-135m-instruct", dtype=dtype).eval()
-config = copy.deepcopy(drafter.config)
-forget_acceptance(config)
-torch.manual_seed(0)
-unrelated = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+target, tok, drafter, unrelated = load(dtype)
 chat = sys.argv[4:] == ["chat"]
 requests = CHAT_PROMPTS[:8] if chat else HELDOUT_REQUESTS
 groups = batches(encode(tok, requests), batch_size, tok.pad_token_id or 0)

@@ -4,15 +4,11 @@ greedy on the bench's 8 chat prompts, with this process's own calibration: the s
 Two processes calibrate differently on a noisy machine; run it twice to see how far the decisions move.
 Run: taskset -c 0 .venv/bin/python docs/bench/issue24/useless-b4/decided_p.py
 """
-import copy
-
 import torch
-from transformers import AutoModelForCausalLM
+from pair import load
 
 from hf_specdec import policy as P
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
-from hf_specdec.drafters.base import forget_acceptance
-from hf_specdec.smollm2 import load_smollm2
 from hf_specdec.stats import SpeculativeStats
 
 SCHEDULES: list = []
@@ -29,12 +25,7 @@ P.CostAwareDraftPolicy.start = _kept
 
 def main() -> None:
     torch.set_num_threads(1)
-    target, tokenizer = load_smollm2(torch.bfloat16)
-    drafter = AutoModelForCausalLM.from_pretrained("drafters/smollm2-135m-instruct", dtype=torch.bfloat16).eval()
-    config = copy.deepcopy(drafter.config)
-    forget_acceptance(config)
-    torch.manual_seed(0)
-    unrelated = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    target, tokenizer, drafter, unrelated = load(torch.bfloat16)
     for name, chosen in (("unrelated", unrelated), ("independent", drafter)):
         for batch in batches(encode(tokenizer, CHAT_PROMPTS[:8]), 4, tokenizer.pad_token_id or 0):
             stats = SpeculativeStats()

@@ -4,7 +4,6 @@ order after a warm-up (calibration) round, min and median per round; then one cP
 plain-steps round (top functions by own time).
 Run: taskset -c 0 .venv/bin/python docs/bench/issue24/useless-b4/profile_p.py
 """
-import copy
 import cProfile
 import io
 import pstats
@@ -12,22 +11,15 @@ import statistics
 import time
 
 import torch
-from transformers import AutoModelForCausalLM
+from pair import load
 
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
 from hf_specdec.calibration import _ClockedPolicy
-from hf_specdec.drafters.base import forget_acceptance
-from hf_specdec.smollm2 import load_smollm2
 
 
 def main() -> None:
     torch.set_num_threads(1)
-    target, tokenizer = load_smollm2(torch.bfloat16)
-    drafter = AutoModelForCausalLM.from_pretrained("drafters/smollm2-135m-instruct", dtype=torch.bfloat16).eval()
-    config = copy.deepcopy(drafter.config)
-    forget_acceptance(config)
-    torch.manual_seed(0)
-    unrelated = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    target, tokenizer, _, unrelated = load(torch.bfloat16)
     groups = batches(encode(tokenizer, CHAT_PROMPTS[:8]), 4, tokenizer.pad_token_id or 0)
     methods = {"plain": {}, "default": dict(drafter=unrelated),
                "plain steps only": dict(drafter=unrelated, gamma=_ClockedPolicy(num_drafts=0))}

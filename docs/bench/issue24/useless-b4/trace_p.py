@@ -3,16 +3,12 @@ fresh random weights, no declared acceptance) at bf16 batch 4 and 8 greedy on th
 to zen4-p's calibration; which steps drafted, and what they add at the calibrated step prices.
 Run: taskset -c 0 .venv/bin/python docs/bench/issue24/useless-b4/trace_p.py
 """
-import copy
-
 import torch
-from transformers import AutoModelForCausalLM
+from pair import load
 
 from hf_specdec import policy as P
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
 from hf_specdec.calibration import StepCosts
-from hf_specdec.drafters.base import forget_acceptance
-from hf_specdec.smollm2 import load_smollm2
 
 #: zen4-p's "costs ms" of the unrelated drafter's rows: drafter step, 1- and 2-token forwards, loop steps with 0 / 1 / 2.
 COSTS = {4: (4.1, 57.0, 61.5, 56.2, 68.7, 78.5), 8: (5.5, 66.8, 81.0, 71.3, 88.2, 103.2)}
@@ -30,12 +26,7 @@ P.CostAwareSchedule.update = _logged
 
 def main() -> None:
     torch.set_num_threads(1)
-    target, tokenizer = load_smollm2(torch.bfloat16)
-    drafter = AutoModelForCausalLM.from_pretrained("drafters/smollm2-135m-instruct", dtype=torch.bfloat16).eval()
-    config = copy.deepcopy(drafter.config)
-    forget_acceptance(config)
-    torch.manual_seed(0)
-    unrelated = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    target, tokenizer, _, unrelated = load(torch.bfloat16)
     for batch_size, (draft, one, two, plain, drafting, twice) in COSTS.items():
         costs = StepCosts(draft_ms=draft, target_ms={1: one, 2: two, 3: 2 * two - one},
                           loop_ms={0: plain, 1: drafting, 2: twice}, catch_up_ms=0.009 * plain)
