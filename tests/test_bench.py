@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import re
+import statistics
 
 import pytest
 import torch
@@ -149,6 +150,9 @@ def test_bench_writes_json_markdown_and_plots_with_sane_numbers(tiny_pair, tmp_p
         for row in group:  # one repeat: its ratio of totals is the median's; the paired speedup is a call's
             assert row["speedup_range"] == pytest.approx([row["speedup_of_totals"]] * 2, abs=1e-3)
             assert 0 < row["speedup"] < math.inf
+            # the call ratios are kept, so that runs of one setting can be pooled: the median is theirs
+            assert len(row["speedup_pairs"]) >= 1 and row["speedup"] == pytest.approx(
+                statistics.median(row["speedup_pairs"]), abs=1e-3)
     feature_rows = sections["feature"]["rows"]
     assert {row["gamma"] for row in feature_rows} == {1, 2, 3, 4, "default"}
     assert 0 <= min(row["alpha"] for row in feature_rows if "alpha" in row) and sections["feature"]["step_cost_ratio"] > 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from hf_specdec.bench import prompts as prompt_sets
 from hf_specdec.bench.measure import (
-    GenerateFn, Measurement, first_difference, median_interval, paired_ratios, paired_speedup, time_side_by_side,
+    GenerateFn, Measurement, first_difference, median_interval, paired_ratios, time_side_by_side,
 )
 from hf_specdec.bench.models import unrelated_drafter
 from hf_specdec.distill.evaluate import step_cost_ms
@@ -235,8 +236,10 @@ class Bench:
             reference = plain if again else baseline
             row = {**self._row(measurement, reference, mode, batch_size, prompts, labels), "timing": "side by side"}
             row["speedup_of_totals"] = row["speedup"]
-            row["speedup"] = round(paired_speedup(measurement, reference), 4)
-            interval = median_interval(paired_ratios(measurement, reference), INTERVAL_LEVEL)
+            pairs = paired_ratios(measurement, reference)
+            row["speedup"] = round(statistics.median(pairs), 4) if pairs else 0.0  # measure.paired_speedup
+            row["speedup_pairs"] = [round(ratio, 4) for ratio in pairs]  # JSON only: runs of one setting pool them
+            interval = median_interval(pairs, INTERVAL_LEVEL)
             if interval is not None:
                 row["speedup_interval"] = [round(interval[0], 4), round(interval[1], 4)]
             ratios = [
