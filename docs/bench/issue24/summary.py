@@ -33,6 +33,8 @@ def read(root: Path) -> dict:
     """{(label, dtype, mode, batch): row} of one run folder."""
     found = {}
     for dtype, mode, folder in RUNS:
+        if not (root / folder / "results.json").exists():  # a partial run: its settings are left out
+            continue
         sections = json.loads((root / folder / "results.json").read_text())["sections"]
         for label, (section, method) in DRAFTERS.items():
             for row in sections[section]["rows"]:
@@ -59,7 +61,8 @@ def pooled(rows: list[dict]) -> tuple[float, list[float] | None, int]:
 def main() -> None:
     roots = [Path(arg) for arg in sys.argv[1:]]
     runs = [read(root) for root in roots]
-    settings = {key: pooled([run[key] for run in runs]) for key in runs[0]}
+    common = [key for key in runs[0] if all(key in run for run in runs)]  # partial runs: the settings all of them ran
+    settings = {key: pooled([run[key] for run in runs]) for key in common}
 
     def cell(key) -> str:
         speedup, interval, _ = settings[key]
@@ -68,13 +71,14 @@ def main() -> None:
             text += " [" + ", ".join(f"{run[key]['speedup']:.3f}" for run in runs) + "]"
         return text
 
+    ran = [(dtype, mode, folder) for dtype, mode, folder in RUNS if (CONTROL, dtype, mode, 1) in settings]
     calls = sorted({n for _, _, n in settings.values()})
     print(f"# {len(runs)} run(s): {', '.join(str(root) for root in roots)}; calls per setting pooled: {calls}")
     print("| x plain generate() (90 % interval)" + (" [each run]" if len(runs) > 1 else "") + " | "
-          + " | ".join(f"{d} {m} batch 1 / 4 / 8" for d, m, _ in RUNS) + " |")
-    print("|---|" + "---|" * len(RUNS))
+          + " | ".join(f"{d} {m} batch 1 / 4 / 8" for d, m, _ in ran) + " |")
+    print("|---|" + "---|" * len(ran))
     for label in [*DRAFTERS, CONTROL]:
-        cells = [" / ".join(cell((label, dtype, mode, size)) for size in (1, 4, 8)) for dtype, mode, _ in RUNS]
+        cells = [" / ".join(cell((label, dtype, mode, size)) for size in (1, 4, 8)) for dtype, mode, _ in ran]
         print(f"| {label} | " + " | ".join(cells) + " |")
     judged = {key: value for key, value in settings.items() if key[0] != CONTROL}
     met = [key for key, (s, _, _) in judged.items() if s >= BAR]
