@@ -12,9 +12,9 @@ import sys
 import time
 
 import torch
-from transformers import AutoModelForCausalLM
 
 from hf_specdec import calibration as C
+from hf_specdec.bench.models import DEFAULT_DRAFTER, DEFAULT_FEATURE_DRAFTER
 from hf_specdec.calibration import reset_calibration, step_costs
 from hf_specdec.cpu import describe
 from hf_specdec.drafters import resolve_drafter
@@ -31,16 +31,18 @@ VARIANTS = {  # name: (LOOP_ROUNDS, LOOP_MAX_ROUNDS, LOOP_STEPS, LOOP_AGREEMENT,
 dtype, batch, which, runs = getattr(torch, sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(1)
 target, tok = load_smollm2(dtype)
-if which == "head":
-    drafter = load_drafter("drafters/smollm2-135m-instruct-eagle3")
-else:
-    drafter = resolve_drafter(AutoModelForCausalLM.from_pretrained("drafters/smollm2-135m-instruct", dtype=dtype).eval())
+drafter = resolve_drafter(
+    load_drafter(DEFAULT_FEATURE_DRAFTER) if which == "head" else load_drafter(DEFAULT_DRAFTER, dtype=dtype))
 policy = CostAwareDraftPolicy().for_drafter(drafter)
-rounds_used = []
+rounds_used = []  # calls per length each time the agreement rule was asked (what LOOP_ROUNDS left to it)
 _agree = C._rounds_agree
+
+
 def counting(rounds):
     rounds_used.append(min(len(t) for t in rounds.values()))
     return _agree(rounds)
+
+
 C._rounds_agree = counting
 print(f"# {describe()}; {sys.argv[1]} batch {batch} {which}, prior {policy.prior_alpha:.3f}, bar {policy.draft_gain(batch):.3f}", flush=True)
 results = {name: [] for name in sys.argv[5:]}

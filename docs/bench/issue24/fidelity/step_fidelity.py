@@ -10,8 +10,8 @@ import statistics
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM
 
+from hf_specdec.bench.models import DEFAULT_DRAFTER, DEFAULT_FEATURE_DRAFTER
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
 from hf_specdec.calibration import LOOP_CONTEXT, _ClockedPolicy
 from hf_specdec.cpu import describe
@@ -21,10 +21,7 @@ from hf_specdec.smollm2 import load_smollm2
 dtype, batch_size, which, rounds = getattr(torch, sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(1)
 target, tok = load_smollm2(dtype)
-if which == "head":
-    drafter = load_drafter("drafters/smollm2-135m-instruct-eagle3")
-else:
-    drafter = AutoModelForCausalLM.from_pretrained("drafters/smollm2-135m-instruct", dtype=dtype).eval()
+drafter = load_drafter(DEFAULT_FEATURE_DRAFTER) if which == "head" else load_drafter(DEFAULT_DRAFTER, dtype=dtype)
 ids = encode(tok, list(CHAT_PROMPTS[:batch_size]))
 padded = batches(ids, batch_size, tok.pad_token_id or 0)[0]
 shortest = min(len(i) for i in ids)

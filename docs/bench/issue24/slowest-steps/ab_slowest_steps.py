@@ -9,12 +9,12 @@ import sys
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, "docs/bench/issue24")
 from turns import in_turns, report  # noqa: E402
 
 from hf_specdec import policy as policy_module  # noqa: E402
+from hf_specdec.bench.models import DEFAULT_DRAFTER, DEFAULT_FEATURE_DRAFTER  # noqa: E402
 from hf_specdec.bench.prompts import batches, encode  # noqa: E402
 from hf_specdec.calibration import stored_costs  # noqa: E402
 from hf_specdec.cpu import describe  # noqa: E402
@@ -51,10 +51,8 @@ dtype_name, batch_size, rounds, which = sys.argv[1], int(sys.argv[2]), int(sys.a
 dtype = getattr(torch, dtype_name)
 torch.set_num_threads(1)
 target, tok = load_smollm2(dtype)
-if which == "head":
-    drafter = load_drafter("drafters/smollm2-135m-instruct-eagle3")
-else:
-    drafter = resolve_drafter(AutoModelForCausalLM.from_pretrained("drafters/smollm2-135m-instruct", dtype=dtype).eval())
+drafter = resolve_drafter(
+    load_drafter(DEFAULT_FEATURE_DRAFTER) if which == "head" else load_drafter(DEFAULT_DRAFTER, dtype=dtype))
 groups = batches(encode(tok, HELDOUT_REQUESTS), batch_size, tok.pad_token_id or 0)
 methods = {"plain": {}, "default, slowest row's steps (this commit)": dict(drafter=drafter),
            "default, rule before": dict(drafter=drafter, gamma=Before()), "chain 1": dict(drafter=drafter, gamma=1)}
