@@ -106,6 +106,7 @@ def speculative_decode(
     target = CachedModel(model, batch, device, cache=model_kwargs.get(compat.CACHE_KWARG), position_masks=masks)
     session = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
     feature_layers = drafter.feature_layers(model)  # () unless the drafter reads the target's hidden states
+    drafter_forwards = 0  # of a session let go before the call's end
     step_stats = SpeculativeStats.empty(batch, max_gamma)
 
     def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -127,10 +128,15 @@ def speculative_decode(
             active &= ~flagged
         if not active.any():
             break
+        if session is not None and schedule.drafting_over:
+            # The schedule will draft nothing more in this call (the default, where drafting does not pay and no probe
+            # would come before the end): the drafter's session goes, and with it its catch-up and the target's
+            # features, so the remaining plain steps cost what plain generate()'s do.
+            drafter_forwards, session, feature_layers = session.num_forwards, None, ()
 
         # 1. Draft: never past max_length (the target's token after the drafts comes for free).
         draft, num_drafted, width = no_draft, no_drafts, 0
-        if bool(schedule.lengths.any()):
+        if session is not None and bool(schedule.lengths.any()):
             room = (max_length - lens - 1).clamp_min(0)  # [batch]
             num_draft = torch.where(active, torch.minimum(schedule.lengths, room), 0)  # [batch], 0 for inactive rows
             if int(num_draft.max()) > 0:
@@ -183,7 +189,8 @@ def speculative_decode(
         num_valid = lens - first_token  # [batch]
         if width or target.layout.bounded:
             target.rollback(torch.minimum(target.num_cached, num_valid), slack=max_gamma + 1)
-        session.observe(num_valid, features)
+        if session is not None:
+            session.observe(num_valid, features)
         if width:
             step_stats.record_step(active, num_drafted, num_accepted, num_new)
         else:  # one token per active row (a stopping criterion cuts nothing from one token)
@@ -192,7 +199,7 @@ def speculative_decode(
     step_stats.record_plain_steps(plain_steps)
     return finish(
         sequences, lens, flagged, done_at, prompt_len, pad_token, scores_out, logits_out, generation_config,
-        step_stats, stats, target.num_forwards, session.num_forwards, streamer,
+        step_stats, stats, target.num_forwards, drafter_forwards if session is None else session.num_forwards, streamer,
     )
 
 

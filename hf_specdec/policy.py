@@ -111,7 +111,11 @@ class HeuristicDraftPolicy(DraftPolicy):
 
 
 class DraftSchedule:
-    """One call's draft lengths: `lengths` [batch] for the next step, `update` after every verification."""
+    """One call's draft lengths: `lengths` [batch] for the next step, `update` after every verification.
+    `drafting_over` turns True once the call will draft nothing more (its lengths stay 0 to the end), so the loop can
+    let the drafter go; a schedule that cannot tell leaves it False."""
+
+    drafting_over: bool = False
 
     def __init__(self, policy: DraftPolicy, batch_size: int, device: torch.device):
         self.policy = policy
@@ -364,6 +368,7 @@ class CostAwareSchedule(DraftSchedule):
         self._active = torch.ones(batch_size, dtype=torch.bool)  # the rows the last decision was made for
         self._skipped = 0  # plain steps that took the shortcut in `update` since the last full update
         self.lengths = self._lengths(self._active, probing=False)
+        self.drafting_over = self._drafts_no_more()
 
     def alpha(self) -> torch.Tensor:
         """[batch] each row's estimated probability that a draft is accepted after accepted ones."""
@@ -442,6 +447,25 @@ class CostAwareSchedule(DraftSchedule):
                 self.probe_interval = min(2 * self.probe_interval, policy.max_probe_interval)
             else:  # the call's first run did not pay: wait as long as the probe budget says, at its acceptance
                 self.probe_interval = self._budgeted_interval(self._slowest_rate())
+        self.drafting_over = self._drafts_no_more()
+
+    def _drafts_no_more(self) -> bool:
+        """Whether this call will draft nothing more, as of a full update (its plain steps until the next one change
+        nothing it reads): no draft now; no probe to come (one is made only while as many steps are left as its wait,
+        and each plain step brings the wait one step closer and leaves at least one step fewer); and no set of the
+        active rows on which a draft pays: rows only finish in plain steps and only drafts change an estimate, so the
+        best a subset can do is its most often right row alone, under the smallest bar (`min_gain`). Then the loop's
+        plain steps need neither the drafter's catch-up nor the target's features for it."""
+        if int(self.lengths.max()) > 0:
+            return False
+        wait = self.probe_interval - self.plain_steps  # plain steps until the next probe falls due
+        if self.probe_interval != math.inf and self._steps_left() - wait >= self.probe_interval:
+            return False  # the probe will be made (a call of unknown length has infinitely many steps left)
+        rows = self._active
+        if self.given_up() or not rows.any():
+            return True
+        best_row = self.alpha()[rows].max()[None]  # [1]
+        return best_draft_length(best_row, self.costs, self.policy.max_gamma, self.policy.min_gain) == 0
 
     def _thin_first_run(self) -> bool:
         """The call's first run of drafting steps has accepted drafts, but its active rows have tried fewer drafts

@@ -126,6 +126,9 @@ class CostAwareTreeSchedule(CostAwareSchedule, TreeSchedule):
         self._priced = sorted(((costs.shape_ms(shape), shape) for shape in self.shapes), key=lambda pair: pair[0])
         super().__init__(policy, costs, batch_size, device, max_new_tokens)
 
+    def _drafts_no_more(self) -> bool:
+        return False  # not told: a tree can pay where no chain does, and the tree loop keeps its drafter to the end
+
     def ranks(self) -> list[float]:
         """Estimated a_k for ranks 1.. (decayed counts and the prior, worth prior_weight trials)."""
         weight = self.policy.prior_weight

@@ -2,6 +2,7 @@
 nothing and probing again), exactness under it, reproducible seeded sampling, one calibration per setting."""
 
 import dataclasses
+import functools
 import threading
 
 import pytest
@@ -773,3 +774,114 @@ def test_a_first_run_that_accepted_a_draft_does_not_stop_on_less_evidence_than_t
     assert "".join(str(_batch_step(schedule, rows)) for rows in eight) == "110000"
     monkeypatch.setattr(CostAwareSchedule, "_thin_first_run", lambda self: False)
     assert lengths()["then half"] == "11" + "0" * 30
+
+
+def _drafts_and_verdicts(schedule, steps: int) -> tuple[list[int], list[bool]]:
+    """Each step's draft length (every draft rejected) and `drafting_over` after it."""
+    lengths, over = [], []
+    for _ in range(steps):
+        lengths.append(_step(schedule, accepted=0))
+        over.append(schedule.drafting_over)
+    return lengths, over
+
+
+def test_a_call_says_it_will_draft_no_more_right_after_its_last_draft():
+    # The schedule of test_no_probe_when_fewer_steps_are_left_than_its_wait: with 40 tokens it drafts at steps 0, 5
+    # and 14, after which the next probe (a wait of 16) would leave 9 steps: no more drafts, and it says so then.
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.7, probe_after=4, max_probe_interval=16, probe_budget=1.0)
+    lengths, over = _drafts_and_verdicts(policy.start(None, None, 1, torch.device("cpu"), max_new_tokens=40), 40)
+    assert [i for i, k in enumerate(lengths) if k] == [0, 5, 14]
+    assert over == [i >= 14 for i in range(40)]
+    # Control: a call of unknown length always has a probe to come.
+    lengths, over = _drafts_and_verdicts(policy.start(None, None, 1, torch.device("cpu")), 40)
+    assert [i for i, k in enumerate(lengths) if k] == [0, 5, 14, 31] and not any(over)
+
+
+def test_a_call_too_short_for_its_first_probe_says_so_before_its_first_step():
+    # Prior 0.3 under STEEP's break-even (0.58): plain steps from the start, the first probe after the 55 plain steps
+    # the budget allows. A call of 100 tokens would leave 45 after it (< 55): it drafts nothing and says so at once;
+    # one of 120 tokens makes the probe at step 55 and does not.
+    policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.3)
+    short = policy.start(None, None, 1, torch.device("cpu"), max_new_tokens=100)
+    assert short.drafting_over
+    lengths, over = _drafts_and_verdicts(short, 100)
+    assert not any(lengths) and all(over)
+    longer = policy.start(None, None, 1, torch.device("cpu"), max_new_tokens=120)
+    assert not longer.drafting_over
+    lengths, over = _drafts_and_verdicts(longer, 60)
+    assert [i for i, k in enumerate(lengths) if k] == [55] and not any(over[:55])
+
+
+def test_a_batch_that_drafts_nothing_is_not_over_while_a_row_left_alone_would_draft():
+    # One draft at acceptance 0.5 promises 1.5 * 60 / 85.7 = 1.05x a plain step: under the batch bar (8 %), over a
+    # single row's (2 %). A batch of 2 in a call too short for a probe starts plain, but once row 1 has finished,
+    # row 0 drafts: the call must not have said it would draft no more.
+    costs = StepCosts(draft_ms=5.0, target_ms={1: 60.0, 2: 80.0}, loop_ms={0: 60.0, 1: 85.7})
+    schedule = CostAwareDraftPolicy(costs=costs, prior_alpha=0.5).start(None, None, 2, torch.device("cpu"), max_new_tokens=10)
+    both, first = torch.tensor([True, True]), torch.tensor([True, False])
+    assert int(schedule.lengths.max()) == 0 and not schedule.drafting_over
+    schedule.update(both, torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    assert int(schedule.lengths.max()) == 0 and not schedule.drafting_over
+    schedule.update(first, torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))  # row 1 finished
+    assert schedule.lengths.tolist() == [1, 1]
+    # Control: at acceptance 0.3 not even a lone row's draft pays, and the call says so from the start.
+    schedule = CostAwareDraftPolicy(costs=costs, prior_alpha=0.3).start(None, None, 2, torch.device("cpu"), max_new_tokens=10)
+    assert schedule.drafting_over
+
+
+def test_a_call_that_will_draft_no_more_lets_the_drafter_go(monkeypatch):
+    # A feature head on a call too short for the default's first probe (test above): the target's forwards carry no
+    # hidden states for it and the head never runs; the output is plain generate()'s. Control: a call long enough for
+    # the probe keeps the head (the target's features on every forward until the probe, which drafts).
+    from hf_specdec.distill.feature_head import build_feature_head
+    from hf_specdec.drafters.feature import FeatureDrafter
+
+    target = tiny_models.llama(seed=0, layers=4)
+    drafter = FeatureDrafter(build_feature_head(target, "eagle3"))
+    forward, hidden_asked = type(target).forward, []
+
+    def recording(self, *args, **kwargs):
+        hidden_asked.append(bool(kwargs.get("output_hidden_states")))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(target), "forward", functools.wraps(forward)(recording))
+    input_ids, mask = tiny_models.prompts(2, seed=5)
+    plain = dict(attention_mask=mask, do_sample=False, eos_token_id=None)
+    for tokens, keeps_head in ((100, False), (120, True)):
+        stats, hidden_asked[:] = hf_specdec.SpeculativeStats(), []
+        policy = CostAwareDraftPolicy(costs=STEEP, prior_alpha=0.3, trees=False)
+        out = target.generate(input_ids, max_new_tokens=tokens, drafter=drafter, gamma=policy, stats=stats, **plain)
+        asked = hidden_asked[:]
+        assert torch.equal(out, target.generate(input_ids, max_new_tokens=tokens, **plain))
+        assert any(asked) == keeps_head and (stats.drafter_forwards > 0) == keeps_head
+        assert len(asked) == int(stats.steps.max())  # one target forward per step (the prefill's included)
+
+
+def test_a_call_that_said_it_will_draft_no_more_never_drafts_again():
+    # 400 seeded random calls (seed 0): batch 1-6, 4-80 tokens, three cost shapes, priors 0.05-0.95, each row's drafts
+    # accepted at its own random rate while rows finish at random. Once a call says it will draft no more, not one of
+    # its later steps may draft; and the verdict must come (some calls end with it) or it tells the loop nothing.
+    generator = torch.Generator().manual_seed(0)
+    cheap = StepCosts(draft_ms=1.0, target_ms={1: 60.0, 2: 63.0}, loop_ms={0: 60.0, 1: 66.0})
+    said = 0
+    for call in range(400):
+        batch = 1 + call % 6
+        tokens = int(torch.randint(4, 81, (1,), generator=generator))
+        prior = 0.05 + 0.9 * float(torch.rand(1, generator=generator))
+        costs = (STEEP, FLAT, cheap)[call % 3]
+        policy = CostAwareDraftPolicy(costs=costs, prior_alpha=prior, prior_ranks=(), probe_after=2, max_probe_interval=16)
+        schedule = policy.start(
+            None, None, batch, torch.device("cpu"), max_new_tokens=tokens)
+        rates = torch.rand(batch, generator=generator)
+        active, committed, over = torch.ones(batch, dtype=torch.bool), torch.zeros(batch, dtype=torch.long), False
+        while active.any() and int(committed[active].min()) < tokens:
+            drafted = torch.where(active, schedule.lengths, 0)
+            assert not (over and int(drafted.max()) > 0), f"call {call} drafted after saying it would not"
+            hits = torch.rand(batch, 8, generator=generator) < rates[:, None]
+            accepted = torch.minimum((~hits).long().argmax(dim=1).masked_fill(hits.all(dim=1), 8), drafted)
+            schedule.update(active, drafted, accepted)
+            committed += torch.where(active, accepted + 1, 0)
+            active &= (committed < tokens) & (torch.rand(batch, generator=generator) > 0.03)
+            over = over or schedule.drafting_over
+        said += over
+    assert 40 < said < 400
