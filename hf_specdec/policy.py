@@ -183,7 +183,8 @@ class CostAwareDraftPolicy(DraftPolicy):
     short of the break-even is probed again soon, one that accepted nothing waits the whole extra cost's worth.
     Each probe that does not pay doubles the wait (at most `max_probe_interval`). A probe that falls due when
     fewer steps are left in the call (`max_new_tokens`) than the wait before it is not made, nor any later one:
-    what a probe can win comes from the steps after it. In a batch a probe drafts for every row, so some row
+    what a probe can win comes from the steps after it. Once no draft can come in the call any more, the schedule
+    says so (`drafting_over`) and the loop lets the drafter go. In a batch a probe drafts for every row, so some row
     accepts by chance even when the drafter does not pay; acceptance counts, not a single accepted token, decide.
     A call's first run of drafting steps that has accepted a draft does not end before its rows have tried as
     many drafts as the priors of up to `THIN_RUN_ROWS` rows are worth: a few unlucky steps would otherwise
