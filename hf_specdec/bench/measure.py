@@ -152,6 +152,16 @@ def median_interval(values: list[float], level: float = 0.9) -> tuple[float, flo
     return best
 
 
+def call_orders(methods: int, calls: int, seed: int = 0) -> list[list[int]]:
+    """The order in which `time_side_by_side` runs its `methods` for each of its `calls` batch calls (repeats x batches,
+    in turn): a fresh shuffle per call, seeded by `seed`, so every run of one group repeats the same orders."""
+    order, shuffle, drawn = list(range(methods)), random.Random(seed).shuffle, []
+    for _ in range(calls):
+        shuffle(order)
+        drawn.append(list(order))
+    return drawn
+
+
 def time_side_by_side(
     generates: list[GenerateFn],
     batches: list[dict[str, torch.Tensor]],
@@ -185,11 +195,10 @@ def time_side_by_side(
     calls = [[[0.0] * len(batches) for _ in range(repeats)] for _ in generates]  # [method][repeat][batch] seconds
     outputs: list[list[list[int]]] = [[] for _ in generates]
     batch_tokens: list[list[int]] = [[] for _ in generates]  # [method][batch]
-    order, shuffle = list(range(len(generates))), random.Random(seed).shuffle
+    orders = iter(call_orders(len(generates), repeats * len(batches), seed))
     for repeat in range(repeats):
         for index, inputs in enumerate(batches):
-            shuffle(order)
-            for method in order:
+            for method in next(orders):
                 gc.collect()
                 torch.manual_seed(seed + index)
                 start = time.perf_counter()

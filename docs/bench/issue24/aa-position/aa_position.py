@@ -9,11 +9,12 @@ Run: .venv/bin/python docs/bench/issue24/aa-position/aa_position.py docs/bench/i
 """
 import json
 import math
-import random
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from hf_specdec.bench.measure import call_orders
 
 METHODS = {  # the default section's group at batch 4 and 8, in the order run_side_by_side times it
     "hf_specdec, fixed gamma": 1,
@@ -24,17 +25,8 @@ METHODS = {  # the default section's group at batch 4 and 8, in the order run_si
 PLAIN, AGAIN, CALLS = 0, 4, 8
 
 
-def orders(methods: int = 5, calls: int = CALLS, seed: int = 0) -> list[list[int]]:
-    """The order of each call, as time_side_by_side draws it (one shuffle per batch and repeat)."""
-    order, shuffle, drawn = list(range(methods)), random.Random(seed).shuffle, []
-    for _ in range(calls):
-        shuffle(order)
-        drawn.append(list(order))
-    return drawn
-
-
 def main(folders: list[str]) -> None:
-    positions = [{method: order.index(method) for method in range(5)} for order in orders()]
+    positions = [{method: order.index(method) for method in range(5)} for order in call_orders(5, CALLS)]
     rows, targets, groups = [], [], []
     for folder in folders:
         for path in sorted(Path(folder).glob("*/results.json")):
@@ -66,7 +58,7 @@ def main(folders: list[str]) -> None:
     effects, *_ = np.linalg.lstsq(x, y, rcond=None)
     residual = y - x @ effects
     errors = np.sqrt(np.diag(residual.var() * np.linalg.inv(x.T @ x)))
-    print(f"# {len(y)} call ratios from {', '.join(folders)}; orders of the 8 calls: {orders()}")
+    print(f"# {len(y)} call ratios from {', '.join(folders)}; orders of the 8 calls: {call_orders(5, CALLS)}")
     for position, (effect, error) in enumerate(zip(effects, errors), start=1):
         print(f"position {position} vs position 0: {100 * effect:+.2f} % +- {100 * error:.2f} %")
 
