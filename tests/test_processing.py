@@ -83,3 +83,64 @@ def test_max_length_and_eos_criteria_check_ragged_rows_in_one_pass_as_length_by_
     mixed = StoppingCriteriaList([*criteria, Counting()])
     assert torch.equal(processing.check_stopping(mixed, sequences, lengths, rows), expected)
     assert sorted(calls) == [9, 11, 13, 14]  # one call per distinct selected length
+
+
+def test_min_length_processors_act_without_their_vocabulary_wide_isin(monkeypatch):
+    from transformers import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
+
+    sequences, lengths, scores = _ragged()  # lengths 7, 9, 9
+    rows = torch.tensor([True, True, True])
+    eos = [3, 17, 999]  # 999 lies outside the 50 scores: it matches nothing, as in transformers' isin
+    # Each masks EOS below length 9 (9 tokens; 5 of prompt + 4 new), alone and together.
+    alone = [[MinLengthLogitsProcessor(9, eos)], [MinNewTokensLengthLogitsProcessor(5, 4, eos)]]
+    processors = LogitsProcessorList([*alone[0], *alone[1], TemperatureLogitsWarper(0.7)])
+    seen = []  # the lengths each processor was called at
+
+    def spied(original):
+        def call(self, input_ids, scores):
+            seen.append(input_ids.shape[1])
+            return original(self, input_ids, scores)
+        return call
+
+    for cls in (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor, TemperatureLogitsWarper):
+        monkeypatch.setattr(cls, "__call__", spied(cls.__call__))
+    for at in (lengths, lengths + 2, torch.tensor([7, 7, 7]), torch.tensor([10, 10, 10])):
+        expected = _one_row_at_a_time(processors, sequences, at, scores, rows)  # the processors' own results
+        seen.clear()
+        out = process_scores(processors, sequences, at, scores, rows)
+        assert torch.equal(out, expected), at
+        below = at < 9
+        assert (out[below][:, [3, 17]] == float("-inf")).all() and torch.isfinite(out[~below][:, [3, 17]]).all()
+        # Only temperature ran: once where the rows share a length or are all past both minimums, else per length.
+        assert seen == ([12] if not below.any() and at.unique().numel() > 1 else sorted(set(at.tolist()))), (at, seen)
+    for each in alone:
+        for at in (lengths, torch.tensor([8, 8, 8])):
+            expected = _one_row_at_a_time(LogitsProcessorList(each), sequences, at, scores, rows)
+            assert torch.equal(process_scores(LogitsProcessorList(each), sequences, at, scores, rows), expected)
+            assert (expected[at < 9][:, 3] == float("-inf")).all()
+    # Off a CPU the processors themselves run below their minimums (their isin is one kernel there); past them, none.
+    from hf_specdec.processing import _live
+
+    assert list(_live(processors, 8, on_cpu=False)) == list(processors)
+    assert list(_live(processors, 9, on_cpu=False)) == [processors[2]]
+    # Without temperature, rows of one length past both minimums get their logits back untouched.
+    seen.clear()
+    out = process_scores(LogitsProcessorList(processors[:2]), sequences, torch.tensor([10, 10, 10]), scores, rows)
+    assert seen == [] and torch.equal(out, scores)
+
+
+def test_a_subclass_of_a_min_length_processor_is_always_called():
+    from transformers import MinLengthLogitsProcessor
+
+    class AlwaysMasks(MinLengthLogitsProcessor):  # reads more than the length: not left out past the minimum
+        def __call__(self, input_ids, scores):
+            return scores.index_fill(1, self.eos_token_id, float("-inf"))
+
+    sequences, lengths, scores = _ragged()
+    rows = torch.tensor([True, True, True])
+    for processors in ([AlwaysMasks(2, 3)], [AlwaysMasks(2, 3), TemperatureLogitsWarper(0.7)]):
+        processors = LogitsProcessorList(processors)
+        for at in (lengths, torch.tensor([9, 9, 9])):
+            out = process_scores(processors, sequences, at, scores, rows)
+            assert torch.equal(out, _one_row_at_a_time(processors, sequences, at, scores, rows))
+            assert (out[:, 3] == float("-inf")).all()
