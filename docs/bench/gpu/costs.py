@@ -213,23 +213,26 @@ def run_variant(target, drafter, variant: str, ids, mask, new_tokens: int, retur
     return out, stats
 
 
-def loop_costs(target, drafter, batch: int, device: str, reps: int, long: int, short: int, forward_ms: float) -> dict:
+def loop_costs(target, drafter, batch: int, device: str, reps: int, long: int, short: int, forward_ms: float,
+               variants=tuple(VARIANTS)) -> dict:
     """Per variant: ms per step and per token, from the difference of a `long` and a `short` call (prefill,
-    setup and the default policy's calibration cancel), the best of `reps` rounds taken in turns."""
+    setup and the default policy's calibration cancel), the best of `reps` rounds taken in turns (every other round
+    in reverse order); with generate() among the variants, also each long call's time over generate()'s in the same
+    round (median and range over rounds: host noise moves whole rounds)."""
     ids, mask = prompts(target.config.vocab_size, batch, CONTEXT, device, padded=False, pad=target.config.pad_token_id)
-    timings = {variant: {long: [], short: []} for variant in VARIANTS}
+    timings = {variant: {long: [], short: []} for variant in variants}
     forwards = {}
-    for variant in VARIANTS:  # warm-up (and the default policy's calibration)
+    for variant in variants:  # warm-up (and the default policy's calibration)
         run_variant(target, drafter, variant, ids, mask, short)
-    for _ in range(reps):
-        for variant in VARIANTS:
+    for round_ in range(reps):
+        for variant in variants if round_ % 2 == 0 else variants[::-1]:
             for length in (long, short):
                 ms, stats = timed_variant(target, drafter, variant, ids, mask, length, device)
                 timings[variant][length].append(ms)
                 steps = length if stats is None else stats.target_forwards
                 forwards[variant, length] = (steps, stats)
     out = {}
-    for variant in VARIANTS:
+    for variant in variants:
         total_long, total_short = min(timings[variant][long]), min(timings[variant][short])
         steps_long, stats = forwards[variant, long]
         steps_short = forwards[variant, short][0]
@@ -245,9 +248,15 @@ def loop_costs(target, drafter, batch: int, device: str, reps: int, long: int, s
                        draft_lengths=stats.draft_lengths.tolist())
         row["overhead_ms"] = row["ms_per_step"] - forward_ms
         row["overhead_pct"] = 100 * row["overhead_ms"] / forward_ms
+        if "generate" in timings:
+            ratios = sorted(a / b for a, b in zip(timings[variant][long], timings["generate"][long]))
+            row["paired_vs_generate"] = dict(median=ratios[len(ratios) // 2] if len(ratios) % 2 else
+                                             sum(ratios[len(ratios) // 2 - 1: len(ratios) // 2 + 1]) / 2,
+                                             low=ratios[0], high=ratios[-1], rounds=len(ratios))
+        row["rounds_ms"] = timings[variant]
         out[variant] = row
     out["forward_ms"] = forward_ms
-    if "default" in VARIANTS:
+    if "default" in variants:
         costs = calibration.stored_costs(target, hf_specdec.ModelDrafter(drafter), batch, ids.device,
                                          CostAwareDraftPolicy().widths(), False)
         if costs is not None:
@@ -575,12 +584,17 @@ def table_loop(name, results) -> str:
              "---|---|---|---|---|---|---|---"]
     for batch, result in results.items():
         for variant in VARIANTS:
+            if variant not in result:
+                continue
             row = result[variant]
             alpha = f"{row['alpha']:.2f}" if "alpha" in row else ""
             tps = f"{row['tokens_per_step']:.2f}" if "tokens_per_step" in row else "1"
+            paired = row.get("paired_vs_generate")
+            paired = f" (long call / generate()'s: {paired['median']:.3f}, {paired['low']:.3f}-{paired['high']:.3f})" \
+                if paired else ""
             lines.append(f"{batch} | {variant} | {row['ms_per_step']:.2f} | {row['ms_per_token']:.2f} | "
                          f"{row['overhead_ms']:+.2f} ({row['overhead_pct']:+.0f} %) | {alpha} | {tps} | "
-                         f"{row.get('draft_lengths', '')}")
+                         f"{row.get('draft_lengths', '')}{paired}")
         lines.append(f"{batch} | (forward v(1) at ~{CONTEXT} ctx) | {result['forward_ms']:.2f} | | | | |")
         if "default_costs" in result:
             lines.append(f"{batch} | (default policy's calibration) | {result['default_costs']} | | | | |")
@@ -599,6 +613,7 @@ def main() -> None:
     parser.add_argument("--short", type=int, default=16, help="new tokens of the short loop-timing call")
     parser.add_argument("--exact-tokens", type=int, default=48)
     parser.add_argument("--trunc-layers", type=int, default=4, help="layers of the 'trunc' drafter (default section)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="loop section: the variants to time")
     parser.add_argument("--skip", default="", help="default section: labels not to run, e.g. random/chain-2,random/chain-4")
     parser.add_argument("--tail-scale", type=float, default=0.05,
                         help="the default section's target: its layers after --trunc-layers write this share (1: as built)")
@@ -656,7 +671,8 @@ def main() -> None:
                 forward_ms = res.get("forward", {}).get(batch, {}).get("hf", {}).get(1) or \
                     forward_costs(target, batch, device, (1,), 10, CONTEXT)["hf"][1]
                 res["loop"][batch] = loop_costs(target, drafter, batch, device, 2 if quick else args.reps,
-                                                16 if quick else args.long, 4 if quick else args.short, forward_ms)
+                                                16 if quick else args.long, 4 if quick else args.short, forward_ms,
+                                                tuple(args.variants.split(",")))
                 save()
             print(table_loop(name, res["loop"]), flush=True)
         if "default" in sections:
