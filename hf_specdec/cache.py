@@ -397,6 +397,26 @@ class CachedModel:
         self.positions[rows, width:] = other.positions
         self.num_cached[rows] = other.num_cached
 
+    @property
+    def rows_selectable(self) -> bool:
+        """Whether `select_rows` can drop rows: every cache layer is a plain `DynamicLayer` (keys and values are its
+        only per-row state) and no tree awaits `keep_paths`."""
+        return self._tree is None and all(type(layer) is DynamicLayer for layer in self.cache.layers)
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keeps the rows `index` ([n] long, in that order) and drops the others from the cache and every per-row
+        state: a batch stops computing rows that are done. Needs `rows_selectable`."""
+        if not self.rows_selectable:
+            raise ValueError("select_rows needs a cache of DynamicLayers and no pending tree.")
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                value = getattr(layer, name, None)
+                if isinstance(value, torch.Tensor) and value.dim() == 4:  # [batch, heads, width, dim]; None before use
+                    setattr(layer, name, value.index_select(0, index.to(value.device)))
+        self.valid = self.valid[index]
+        self.positions = self.positions[index]
+        self.num_cached = self.num_cached[index]
+
     def compact(self) -> None:
         """Moves every row's live columns to the right end, in order, and drops the all-masked left
         columns, so the width becomes the largest number of live columns of a row."""

@@ -253,6 +253,40 @@ def _time_mask_styles(target, batch_size: int, device: torch.device) -> bool:
     return totals[True] <= 0.97 * totals[False]
 
 
+def plain_forward_ms(target, rows: int, device: torch.device, position_masks: bool = False) -> float:
+    """The time of one of the loop's plain forwards of `target` over `rows` rows (one token each, after CONTEXT
+    tokens): measured once per target, device, dtype, row count, mask style and torch thread count (the fastest of
+    REPEATS, after a warm-up), for the loop's choice of how many rows a batch keeps once some are done
+    (`loop._rows_to_keep`): a forward's cost need not grow with its rows (fp32 SmolLM2 on Zen 4 measured 115 ms at
+    3 rows, 87 at 4, 108 at 8)."""
+    dtype = next(target.parameters()).dtype
+    key = ("plain", id(target), str(device), str(dtype), rows, bool(position_masks), torch.get_num_threads())
+    with _lock:
+        ms = _lookup(key, target, None)
+        if ms is None:
+            ms = _time_plain_forward(target, rows, device, position_masks)
+            _registry[key] = (weakref.ref(target), None, ms)
+        return ms
+
+
+@torch.no_grad()
+def _time_plain_forward(target, rows: int, device: torch.device, position_masks: bool) -> float:
+    generator = torch.Generator().manual_seed(3)
+    vocab = target.config.get_text_config().vocab_size
+    sequences = torch.randint(0, vocab, (rows, CONTEXT + 1), generator=generator).to(device)
+    pad_lens = torch.zeros(rows, dtype=torch.long, device=device)
+    context = torch.full((rows,), CONTEXT, dtype=torch.long, device=device)
+    cached = CachedModel(target, rows, device, position_masks=position_masks)
+    cached.forward(sequences, pad_lens, context, 1)
+
+    def plain() -> None:
+        cached.forward(sequences, pad_lens, context + 1, 1)
+        cached.rollback(context.clone(), slack=CONTEXT)
+
+    plain()  # warm-up
+    return _fastest_ms(plain)
+
+
 def _time_ms(run) -> float:
     start = time.perf_counter()
     run()

@@ -18,7 +18,7 @@ from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter
 from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, TreeDraftPolicy
 from hf_specdec.tree_schedule import TreeSchedule
-from hf_specdec.processing import check_stopping, process_scores
+from hf_specdec.processing import check_stopping, process_scores, rows_of, rows_selectable
 from hf_specdec.stats import SpeculativeStats
 from hf_specdec.verify import verify_greedy, verify_stochastic
 
@@ -118,6 +118,13 @@ def speculative_decode(
     no_draft = Draft(tokens=no_drafts[:, None][:, :0], num_drafted=no_drafts)  # tokens [batch, 0]
     plain_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] plain steps each row took
     first_token = pad_lens + 1  # [batch] lens - first_token: a row's tokens before its last one
+    # Rows that are done may leave the batch once the drafter is gone, where every per-row state can follow them (the
+    # target's cache; processors and criteria without state of their own): see `_rows_to_keep`.
+    droppable = freeze_finished and batch > 1 and target.rows_selectable and streamer is None and rows_selectable(
+        logits_processor, stopping_criteria
+    )
+    whole = None  # every row's state for generate()'s output, once the loop runs on a subset of the rows
+    num_left = batch  # active rows when the batch last considered dropping rows
     # The first forward feeds each row's prompt; after it, each step leaves every row at most its last token
     # uncached, so a step's chunk is its verified width (the target need not sync to find it).
     caught_up = False
@@ -133,6 +140,20 @@ def speculative_decode(
             # would come before the end): the drafter's session goes, and with it its catch-up and the target's
             # features, so the remaining plain steps cost what plain generate()'s do.
             drafter_forwards, session, feature_layers = session.num_forwards, None, ()
+        if session is None and droppable and (left := int(active.sum())) < num_left:
+            # Rows that are done stop costing the target's forwards (generate() keeps computing them) where a forward
+            # over fewer rows measured cheaper; `whole` keeps every row for the output.
+            num_left, keep = left, _rows_to_keep(model, device, target.position_masks, active)
+            if keep is not None:
+                whole = _Rows.store(whole, sequences, lens, flagged, done_at, plain_steps)
+                whole.index = whole.index[keep]
+                sequences, lens, flagged, done_at, plain_steps, pad_lens, first_token, active = (
+                    t[keep] for t in (sequences, lens, flagged, done_at, plain_steps, pad_lens, first_token, active)
+                )
+                target.select_rows(keep)
+                logits_processor = rows_of(logits_processor, keep, len(no_drafts))
+                no_drafts = no_drafts[keep]
+                no_draft = Draft(tokens=no_drafts[:, None][:, :0], num_drafted=no_drafts)
 
         # 1. Draft: never past max_length (the target's token after the drafts comes for free).
         draft, num_drafted, width = no_draft, no_drafts, 0
@@ -171,7 +192,8 @@ def speculative_decode(
             )
         else:
             committed, num_accepted = verify_greedy(draft.tokens, target_scores, num_drafted)
-        schedule.update(active, num_drafted, num_accepted)
+        if whole is None:  # (rows dropped: drafting is over, the schedule keeps the call's rows)
+            schedule.update(active, num_drafted, num_accepted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
         num_new = torch.where(active, num_accepted + 1, 0) if width else active.long()  # [batch]
@@ -181,7 +203,8 @@ def speculative_decode(
         for out, values in ((scores_out, target_scores), (logits_out, target_logits)):
             if out is not None:
                 rows, cols = (torch.arange(width + 1, device=device) < num_new[:, None]).nonzero(as_tuple=True)
-                out[rows, lens[rows] - prompt_len + cols] = values[rows, cols]
+                at = rows if whole is None else whole.index[rows]  # the call's rows
+                out[at, lens[rows] - prompt_len + cols] = values[rows, cols]
         lens = lens + num_new
 
         # 4. Roll back both caches to the committed tokens; the last one is fed again next step. A plain step fed
@@ -196,11 +219,62 @@ def speculative_decode(
         else:  # one token per active row (a stopping criterion cuts nothing from one token)
             plain_steps += active
 
+    if whole is not None:  # every row again, for the output
+        whole = _Rows.store(whole, sequences, lens, flagged, done_at, plain_steps)
+        sequences, lens, flagged, done_at, plain_steps = (
+            whole.sequences, whole.lens, whole.flagged, whole.done_at, whole.plain_steps
+        )
     step_stats.record_plain_steps(plain_steps)
     return finish(
         sequences, lens, flagged, done_at, prompt_len, pad_token, scores_out, logits_out, generation_config,
         step_stats, stats, target.num_forwards, drafter_forwards if session is None else session.num_forwards, streamer,
     )
+
+
+#: A batch drops rows that are done only where a plain forward over the rows it keeps measured at most this share of one
+#: over all of its rows (`calibration.plain_forward_ms`).
+DROP_ROWS_BELOW = 0.9
+
+
+def _rows_to_keep(model, device: torch.device, position_masks: bool, active: torch.Tensor) -> torch.Tensor | None:
+    """The rows ([kept] long, ascending) a batch whose `active` rows ([rows] bool) are left should keep, or None to
+    keep them all: the active rows, padded with done ones up to a power of two when that forward is cheaper, if at most
+    half the rows are active and that forward measured under DROP_ROWS_BELOW of the whole batch's (a forward's cost
+    need not grow with its rows, e.g. fp32 on Zen 4: 115 ms at 3 rows, 87 at 4, 108 at 8)."""
+    rows, left = active.shape[0], int(active.sum())
+    if not 0 < 2 * left <= rows:
+        return None
+    full = calibration.plain_forward_ms(model, rows, device, position_masks)
+    sizes = sorted({left, 1 << (left - 1).bit_length()})  # e.g. 3 rows left: 3 or 4
+    costs = {size: calibration.plain_forward_ms(model, size, device, position_masks) for size in sizes if size < rows}
+    size = min(costs, key=costs.get, default=None)
+    if size is None or costs[size] > DROP_ROWS_BELOW * full:
+        return None
+    done = (~active).nonzero().squeeze(1)[: size - left]  # done rows that pad the batch to `size`
+    return torch.cat([active.nonzero().squeeze(1), done]).sort().values
+
+
+@dataclass
+class _Rows:
+    """The call's rows while the loop runs on a subset of them: buffers over every row (a row's state is written back
+    when it leaves the loop and at the end), and `index` [kept], the call's row of each of the loop's rows."""
+
+    sequences: torch.Tensor  # [batch, buffer]
+    lens: torch.Tensor  # [batch]
+    flagged: torch.Tensor  # [batch] bool
+    done_at: torch.Tensor  # [batch]
+    plain_steps: torch.Tensor  # [batch]
+    index: torch.Tensor  # [kept] long
+
+    @staticmethod
+    def store(whole: "_Rows | None", *rows: torch.Tensor) -> "_Rows":
+        """`whole` with the loop's rows (sequences, lens, flagged, done_at, plain_steps) written in; the first time, the
+        loop's tensors are every row's and become the buffers."""
+        if whole is None:
+            return _Rows(*rows, index=torch.arange(rows[0].shape[0], device=rows[0].device))
+        for buffer, values in zip((whole.sequences, whole.lens, whole.flagged, whole.done_at, whole.plain_steps), rows):
+            buffer.index_copy_(0, whole.index, values)
+        return whole
 
 
 def _schedule(model, drafter: Drafter, policy: DraftPolicy, batch: int, device: torch.device, max_new: int,

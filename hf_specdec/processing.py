@@ -97,7 +97,33 @@ def _live(processors: LogitsProcessorList, length: int, on_cpu: bool) -> LogitsP
 PER_ROW_STATE = {"RepetitionPenaltyLogitsProcessor": ("prompt_ignore_length",)}
 
 
-def _rows_of(processors: LogitsProcessorList, index: torch.Tensor, batch: int) -> LogitsProcessorList:
+#: transformers' processors (exact classes) whose only per-row state is PER_ROW_STATE's: a batch may drop rows under
+#: them (`rows_of`), which it may not under a processor that keeps its own per-row state or identifies rows by index.
+ROW_SELECTABLE = CONTEXT_FREE + MIN_LENGTH + tuple(
+    getattr(logits_process, name)
+    for name in ("RepetitionPenaltyLogitsProcessor", "NoRepeatNGramLogitsProcessor", "NoBadWordsLogitsProcessor",
+                 "SequenceBiasLogitsProcessor", "SuppressTokensLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor",
+                 "ForcedBOSTokenLogitsProcessor", "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor",
+                 "LogitNormalization")
+    if hasattr(logits_process, name)
+)
+
+#: generate()'s stopping criteria (exact classes) that keep no per-row state.
+STATELESS_CRITERIA = tuple(
+    getattr(stopping_criteria, name)
+    for name in ("MaxLengthCriteria", "EosTokenCriteria", "MaxTimeCriteria", "StopStringCriteria")
+    if hasattr(stopping_criteria, name)
+)
+
+
+def rows_selectable(processors: LogitsProcessorList, criteria: StoppingCriteriaList) -> bool:
+    """Whether a batch may drop rows under these processors and criteria (`rows_of` gives the kept rows' processors)."""
+    return all(type(processor) in ROW_SELECTABLE for processor in processors) and all(
+        type(criterion) in STATELESS_CRITERIA for criterion in criteria
+    )
+
+
+def rows_of(processors: LogitsProcessorList, index: torch.Tensor, batch: int) -> LogitsProcessorList:
     """The processors as seen by the rows `index`: per-row state (PER_ROW_STATE, e.g. the padding
     lengths RepetitionPenaltyLogitsProcessor skips) is sliced to those rows."""
     if index.numel() == batch:
@@ -142,7 +168,7 @@ def process_scores(
     for length, index in _groups(lengths, rows):
         live = _live(processors, length, scores.device.type == "cpu")
         if live:  # (rows past every minimum keep their scores, already in `out`)
-            out[index] = _rows_of(live, index, len(rows))(sequences[index, :length], scores[index])
+            out[index] = rows_of(live, index, len(rows))(sequences[index, :length], scores[index])
     return out
 
 

@@ -1,0 +1,181 @@
+"""Rows that are done leave the batch (the loop stops feeding them to the target) once the drafter is gone, where a
+forward over fewer rows is cheaper: the output, scores and stats stay those of plain generate() for every row. The
+forward costs by row count are pinned by hand here (`calibration.plain_forward_ms`), so which rows leave never depends
+on a clock."""
+
+import functools
+
+import pytest
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+import hf_specdec
+import tiny_models
+from hf_specdec import calibration, loop
+from hf_specdec.calibration import StepCosts
+from hf_specdec.policy import CostAwareDraftPolicy
+
+REAL_PLAIN_FORWARD_MS = calibration.plain_forward_ms
+# A drafter that can never pay: the default lets it go before the first step (no probe can come in these calls).
+NEVER = CostAwareDraftPolicy(costs=StepCosts(draft_ms=1e6, target_ms={1: 1.0, 2: 2.0}))
+
+
+@pytest.fixture(autouse=True)
+def linear_costs(monkeypatch):
+    """A forward costs 10 + 10 per row (ms); tests replace the table to make other shapes."""
+    table = {rows: 10.0 + 10.0 * rows for rows in range(1, 9)}
+    monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False: table[rows])
+    return table
+
+
+def _batch_sizes(model):
+    """Records the batch size of every forward of `model` (a list the caller reads)."""
+    sizes = []
+    forward = type(model).forward
+
+    @functools.wraps(forward)
+    def recorded(self, *args, **kwargs):
+        if self is model:
+            sizes.append(kwargs["input_ids"].shape[0])
+        return forward(self, *args, **kwargs)
+
+    return sizes, recorded
+
+
+def _eos_ending_rows_early(target, input_ids, mask, rows, at):
+    """EOS ids that end the given rows at the given new-token positions in plain greedy decoding."""
+    reference = target.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=24)
+    return [int(reference[row, input_ids.shape[1] + step]) for row, step in zip(rows, at)]
+
+
+@pytest.fixture
+def batch6(target):
+    input_ids, mask = tiny_models.prompts(6, seed=21)
+    eos = _eos_ending_rows_early(target, input_ids, mask, rows=(0, 2, 3, 5), at=(2, 4, 5, 9))
+    return input_ids, mask, eos
+
+
+def _run(target, drafter, monkeypatch, input_ids, mask, **kwargs):
+    sizes, recorded = _batch_sizes(target)
+    monkeypatch.setattr(type(target), "forward", recorded)
+    stats = hf_specdec.SpeculativeStats()
+    try:
+        out = target.generate(input_ids, attention_mask=mask, drafter=drafter, gamma=NEVER, stats=stats, **kwargs)
+    finally:
+        monkeypatch.setattr(type(target), "forward", recorded.__wrapped__)
+    return out, stats, sizes
+
+
+@pytest.mark.parametrize("extra", [{}, {"repetition_penalty": 1.3}, {"min_new_tokens": 3, "no_repeat_ngram_size": 3}])
+def test_done_rows_leave_and_the_output_is_plain_generates(target, unrelated_drafter, batch6, monkeypatch, extra):
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=False, **extra)
+    expected = target.generate(input_ids, attention_mask=mask, **kwargs)
+    out, stats, sizes = _run(target, unrelated_drafter, monkeypatch, input_ids, mask, **kwargs)
+    assert torch.equal(out, expected)
+    # Rows really ended at different steps, and the batch shrank once half were done (6 rows, then fewer).
+    ends = [(row[input_ids.shape[1]:] == tiny_models.PAD).nonzero() for row in expected]
+    assert len({int(e[0]) if e.numel() else 24 for e in ends}) > 2
+    assert sizes[0] == 6 and min(sizes) <= 3, sizes
+    assert stats.drafted.sum() == 0 and stats.emitted.tolist() == [
+        int((row[input_ids.shape[1]:] != tiny_models.PAD).sum()) for row in expected
+    ]
+
+
+def test_scores_of_every_row_are_plain_generates(target, unrelated_drafter, batch6, monkeypatch):
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=16, eos_token_id=eos, do_sample=False, return_dict_in_generate=True,
+                  output_scores=True, output_logits=True)
+    expected = target.generate(input_ids, attention_mask=mask, **kwargs)
+    out, _, sizes = _run(target, unrelated_drafter, monkeypatch, input_ids, mask, **kwargs)
+    assert min(sizes) < 6
+    assert torch.equal(out.sequences, expected.sequences)
+    steps = len(expected.scores)
+    for name in ("scores", "logits"):
+        ours, theirs = getattr(out, name), getattr(expected, name)
+        assert len(ours) == steps
+        for t in range(steps):
+            live = (expected.sequences[:, input_ids.shape[1] + t] != tiny_models.PAD)  # rows still generating at t
+            torch.testing.assert_close(ours[t][live], theirs[t][live], rtol=1e-5, atol=1e-5)
+
+
+class CountsRows(LogitsProcessor):
+    """A processor of the caller's own: it may keep per-row state, so no row may leave under it."""
+
+    def __call__(self, input_ids, scores):
+        return scores
+
+
+def test_no_row_leaves_where_some_state_could_not_follow(target, unrelated_drafter, batch6, monkeypatch):
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=False)
+    expected = target.generate(input_ids, attention_mask=mask, **kwargs)
+    out, _, sizes = _run(target, unrelated_drafter, monkeypatch, input_ids, mask,
+                         logits_processor=LogitsProcessorList([CountsRows()]), **kwargs)
+    assert torch.equal(out, expected) and set(sizes) == {6}
+    # Control: the same call without it drops rows.
+    _, _, sizes = _run(target, unrelated_drafter, monkeypatch, input_ids, mask, **kwargs)
+    assert min(sizes) < 6
+
+
+def test_rows_stay_while_the_drafter_may_still_draft(target, partial_drafter, batch6, monkeypatch):
+    # A fixed draft length never lets the drafter go, so the batch keeps every row (per-row drafting state).
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=False)
+    sizes, recorded = _batch_sizes(target)
+    monkeypatch.setattr(type(target), "forward", recorded)
+    out = target.generate(input_ids, attention_mask=mask, drafter=partial_drafter, gamma=2, **kwargs)
+    monkeypatch.setattr(type(target), "forward", recorded.__wrapped__)
+    assert set(sizes) == {6}
+    assert torch.equal(out, target.generate(input_ids, attention_mask=mask, **kwargs))
+
+
+def test_sampled_calls_drop_rows_and_stay_reproducible(target, unrelated_drafter, batch6, monkeypatch):
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=True, temperature=0.7)
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        out, stats, sizes = _run(target, unrelated_drafter, monkeypatch, input_ids, mask, **kwargs)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    new = outs[0][:, input_ids.shape[1]:]
+    # Every row ends at its first EOS and is padded after it, as generate() leaves it.
+    for row in new:
+        hits = [i for i, token in enumerate(row.tolist()) if token in eos]
+        if hits:
+            assert (row[hits[0] + 1:] == tiny_models.PAD).all()
+
+
+def test_rows_to_keep_follows_the_measured_costs(monkeypatch):
+    active = torch.tensor([False, True, False, False, True, False, True, False])  # 3 of 8 rows left
+    for table, expected in (
+        ({8: 100.0, 3: 50.0, 4: 60.0}, [1, 4, 6]),  # cheaper with fewer rows: the 3 left
+        ({8: 108.0, 3: 115.0, 4: 87.0}, [0, 1, 4, 6]),  # fp32 on Zen 4: 3 rows cost more than 4, so one done row stays
+        ({8: 100.0, 3: 95.0, 4: 99.0}, None),  # under 10 % cheaper: not worth dropping
+    ):
+        monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False, t=table: t[rows])
+        keep = loop._rows_to_keep(None, torch.device("cpu"), False, active)
+        assert (None if keep is None else keep.tolist()) == expected, table
+    # More than half the rows left: nothing is measured or dropped.
+    monkeypatch.setattr(calibration, "plain_forward_ms", lambda *args, **kwargs: pytest.fail("measured"))
+    assert loop._rows_to_keep(None, torch.device("cpu"), False, torch.tensor([True, True, False])) is None
+
+
+def test_where_fewer_rows_are_not_cheaper_every_row_stays(target, unrelated_drafter, batch6, monkeypatch, linear_costs):
+    linear_costs.update({rows: 100.0 for rows in linear_costs})  # a flat cost: dropping rows saves nothing
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=False)
+    out, _, sizes = _run(target, unrelated_drafter, monkeypatch, input_ids, mask, **kwargs)
+    assert set(sizes) == {6} and torch.equal(out, target.generate(input_ids, attention_mask=mask, **kwargs))
+
+
+def test_plain_forward_costs_are_measured_once_per_setting(target, monkeypatch):
+    calls = []
+    timed = calibration._time_plain_forward
+    monkeypatch.setattr(calibration, "_time_plain_forward", lambda *args: calls.append(args[1]) or timed(*args))
+    monkeypatch.setattr(calibration, "plain_forward_ms", REAL_PLAIN_FORWARD_MS)  # measured here, not pinned
+    calibration.reset_calibration()
+    first = [calibration.plain_forward_ms(target, rows, torch.device("cpu")) for rows in (2, 4, 2, 4)]
+    assert calls == [2, 4] and first[0] == first[2] and first[1] == first[3] and all(ms > 0 for ms in first)
+
