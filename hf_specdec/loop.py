@@ -141,8 +141,8 @@ def speculative_decode(
             # features, so the remaining plain steps cost what plain generate()'s do.
             drafter_forwards, session, feature_layers = session.num_forwards, None, ()
         if session is None and droppable and (left := int(active.sum())) < num_left:
-            # Rows that are done stop costing the target's forwards (generate() keeps computing them) where a forward
-            # over fewer rows measured cheaper; `whole` keeps every row for the output.
+            # 0. Rows that are done stop costing the target's forwards (generate() keeps computing them) where a
+            # forward over fewer rows measured cheaper; `whole` keeps every row for the output.
             num_left, keep = left, _rows_to_keep(model, device, target.position_masks, active)
             if keep is not None:
                 whole = _Rows.store(whole, sequences, lens, flagged, done_at, plain_steps)
