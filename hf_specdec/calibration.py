@@ -230,27 +230,34 @@ def prefers_position_masks(target, batch_size: int, device: torch.device) -> boo
 def _time_mask_styles(target, batch_size: int, device: torch.device) -> bool:
     """True when 1- and 2-token forwards after CONTEXT unpadded tokens, with 4D position masks, take at most 97 %
     of their time with a 2D mask (in turns, REPEATS rounds, the fastest of each)."""
-    generator = torch.Generator().manual_seed(2)
-    vocab = target.config.get_text_config().vocab_size
-    sequences = torch.randint(0, vocab, (batch_size, CONTEXT + 3), generator=generator).to(device)
-    pad_lens = torch.zeros(batch_size, dtype=torch.long, device=device)
-    context = torch.full((batch_size,), CONTEXT, dtype=torch.long, device=device)
-    scratch = {style: CachedModel(target, batch_size, device, position_masks=style) for style in (False, True)}
-    for cached in scratch.values():
-        cached.forward(sequences, pad_lens, context, 1)
+    verify = {style: _scratch_verify(target, batch_size, device, style, seed=2) for style in (False, True)}
+    for style in verify:
+        verify[style](1)  # warm-up
+    rounds = {(style, width): [] for style in verify for width in (1, 2)}
+    for _ in range(REPEATS):
+        for style, width in rounds:
+            rounds[style, width].append(_time_ms(lambda: verify[style](width)))
+    totals = {style: sum(min(rounds[style, width]) for width in (1, 2)) for style in verify}
+    return totals[True] <= 0.97 * totals[False]
 
-    def verify(cached: CachedModel, width: int) -> None:
+
+def _scratch_verify(target, rows: int, device: torch.device, position_masks: bool, seed: int):
+    """A scratch CachedModel of `target` over `rows` rows holding CONTEXT random tokens each, and a function that runs
+    one verification of `width` tokens on it (a forward, then a rollback to CONTEXT), for timing forwards as the loop
+    runs them."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = target.config.get_text_config().vocab_size
+    sequences = torch.randint(0, vocab, (rows, CONTEXT + 3), generator=generator).to(device)
+    pad_lens = torch.zeros(rows, dtype=torch.long, device=device)
+    context = torch.full((rows,), CONTEXT, dtype=torch.long, device=device)
+    cached = CachedModel(target, rows, device, position_masks=position_masks)
+    cached.forward(sequences, pad_lens, context, 1)
+
+    def verify(width: int) -> None:
         cached.forward(sequences, pad_lens, context + width, width)
         cached.rollback(context.clone(), slack=CONTEXT)
 
-    for cached in scratch.values():
-        verify(cached, 1)  # warm-up
-    rounds = {(style, width): [] for style in scratch for width in (1, 2)}
-    for _ in range(REPEATS):
-        for style, width in rounds:
-            rounds[style, width].append(_time_ms(lambda: verify(scratch[style], width)))
-    totals = {style: sum(min(rounds[style, width]) for width in (1, 2)) for style in scratch}
-    return totals[True] <= 0.97 * totals[False]
+    return verify
 
 
 def plain_forward_ms(target, rows: int, device: torch.device, position_masks: bool = False) -> float:
@@ -264,27 +271,11 @@ def plain_forward_ms(target, rows: int, device: torch.device, position_masks: bo
     with _lock:
         ms = _lookup(key, target, None)
         if ms is None:
-            ms = _time_plain_forward(target, rows, device, position_masks)
+            verify = _scratch_verify(target, rows, device, position_masks, seed=3)
+            verify(1)  # warm-up
+            ms = _fastest_ms(lambda: verify(1))
             _registry[key] = (weakref.ref(target), None, ms)
         return ms
-
-
-@torch.no_grad()
-def _time_plain_forward(target, rows: int, device: torch.device, position_masks: bool) -> float:
-    generator = torch.Generator().manual_seed(3)
-    vocab = target.config.get_text_config().vocab_size
-    sequences = torch.randint(0, vocab, (rows, CONTEXT + 1), generator=generator).to(device)
-    pad_lens = torch.zeros(rows, dtype=torch.long, device=device)
-    context = torch.full((rows,), CONTEXT, dtype=torch.long, device=device)
-    cached = CachedModel(target, rows, device, position_masks=position_masks)
-    cached.forward(sequences, pad_lens, context, 1)
-
-    def plain() -> None:
-        cached.forward(sequences, pad_lens, context + 1, 1)
-        cached.rollback(context.clone(), slack=CONTEXT)
-
-    plain()  # warm-up
-    return _fastest_ms(plain)
 
 
 def _time_ms(run) -> float:

@@ -172,8 +172,9 @@ def test_where_fewer_rows_are_not_cheaper_every_row_stays(target, unrelated_draf
 
 def test_plain_forward_costs_are_measured_once_per_setting(target, monkeypatch):
     calls = []
-    timed = calibration._time_plain_forward
-    monkeypatch.setattr(calibration, "_time_plain_forward", lambda *args: calls.append(args[1]) or timed(*args))
+    scratch = calibration._scratch_verify
+    monkeypatch.setattr(calibration, "_scratch_verify",
+                        lambda *args, **kwargs: calls.append(args[1]) or scratch(*args, **kwargs))
     monkeypatch.setattr(calibration, "plain_forward_ms", REAL_PLAIN_FORWARD_MS)  # measured here, not pinned
     calibration.reset_calibration()
     first = [calibration.plain_forward_ms(target, rows, torch.device("cpu")) for rows in (2, 4, 2, 4)]

@@ -250,9 +250,8 @@ def loop_costs(target, drafter, batch: int, device: str, reps: int, long: int, s
         row["overhead_pct"] = 100 * row["overhead_ms"] / forward_ms
         if "generate" in timings:
             ratios = sorted(a / b for a, b in zip(timings[variant][long], timings["generate"][long]))
-            row["paired_vs_generate"] = dict(median=ratios[len(ratios) // 2] if len(ratios) % 2 else
-                                             sum(ratios[len(ratios) // 2 - 1: len(ratios) // 2 + 1]) / 2,
-                                             low=ratios[0], high=ratios[-1], rounds=len(ratios))
+            row["paired_vs_generate"] = dict(median=statistics.median(ratios), low=ratios[0], high=ratios[-1],
+                                             rounds=len(ratios))
         row["rounds_ms"] = timings[variant]
         out[variant] = row
     out["forward_ms"] = forward_ms
