@@ -118,8 +118,8 @@ def speculative_decode(
     no_draft = Draft(tokens=no_drafts[:, None][:, :0], num_drafted=no_drafts)  # tokens [batch, 0]
     plain_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] plain steps each row took
     first_token = pad_lens + 1  # [batch] lens - first_token: a row's tokens before its last one
-    # Rows that are done may leave the batch once the drafter is gone, where every per-row state can follow them (the
-    # target's cache; processors and criteria without state of their own): see `_rows_to_keep`.
+    # Rows that are done may leave the batch at a step that drafts nothing, where every per-row state can follow them
+    # (the target's cache; processors and criteria without state of their own; no drafter): see `_rows_to_keep`.
     droppable = freeze_finished and batch > 1 and target.rows_selectable and streamer is None and rows_selectable(
         logits_processor, stopping_criteria
     )
@@ -140,11 +140,19 @@ def speculative_decode(
             # would come before the end): the drafter's session goes, and with it its catch-up and the target's
             # features, so the remaining plain steps cost what plain generate()'s do.
             drafter_forwards, session, feature_layers = session.num_forwards, None, ()
-        if session is None and droppable and (left := int(active.sum())) < num_left:
+        if droppable and 2 * (left := int(active.sum())) <= len(active) and (session is not None or left < num_left):
             # 0. Rows that are done stop costing the target's forwards (generate() keeps computing them) where a
-            # forward over fewer rows measured cheaper; `whole` keeps every row for the output.
-            num_left, keep = left, _rows_to_keep(model, device, target.position_masks, active)
+            # forward over fewer rows measured cheaper; `whole` keeps every row for the output. While the default's
+            # drafter is there, only where that beats what its drafts are expected to give (under 1 / speedup_to_beat
+            # of the whole batch's forward), and the drafter goes with the rows (its state is per row).
+            speedup = 1.0 if session is None else schedule.speedup_to_beat(active)  # None: a caller's policy
+            keep = None
+            if speedup is not None:
+                num_left = left
+                keep = _rows_to_keep(model, device, target.position_masks, active, min(DROP_ROWS_BELOW, 1 / speedup))
             if keep is not None:
+                if session is not None:
+                    drafter_forwards, session, feature_layers = session.num_forwards, None, ()
                 whole = _Rows.store(whole, sequences, lens, flagged, done_at, plain_steps)
                 whole.index = whole.index[keep]
                 sequences, lens, flagged, done_at, plain_steps, pad_lens, first_token, active = (
@@ -236,11 +244,13 @@ def speculative_decode(
 DROP_ROWS_BELOW = 0.9
 
 
-def _rows_to_keep(model, device: torch.device, position_masks: bool, active: torch.Tensor) -> torch.Tensor | None:
+def _rows_to_keep(
+    model, device: torch.device, position_masks: bool, active: torch.Tensor, bar: float = DROP_ROWS_BELOW
+) -> torch.Tensor | None:
     """The rows ([kept] long, ascending) a batch whose `active` rows ([rows] bool) are left should keep, or None to
     keep them all: the active rows, padded with done ones up to a power of two when that forward is cheaper, if at most
-    half the rows are active and that forward measured under DROP_ROWS_BELOW of the whole batch's (a forward's cost
-    need not grow with its rows, e.g. fp32 on Zen 4: 115 ms at 3 rows, 87 at 4, 108 at 8)."""
+    half the rows are active and that forward measured under `bar` of the whole batch's (a forward's cost need not grow
+    with its rows, e.g. fp32 on Zen 4: 115 ms at 3 rows, 87 at 4, 108 at 8)."""
     rows, left = active.shape[0], int(active.sum())
     if not 0 < 2 * left <= rows:
         return None
@@ -248,7 +258,7 @@ def _rows_to_keep(model, device: torch.device, position_masks: bool, active: tor
     sizes = sorted({left, 1 << (left - 1).bit_length()})  # e.g. 3 rows left: 3 or 4
     costs = {size: calibration.plain_forward_ms(model, size, device, position_masks) for size in sizes if size < rows}
     size = min(costs, key=costs.get, default=None)
-    if size is None or costs[size] > DROP_ROWS_BELOW * full:
+    if size is None or costs[size] > bar * full:
         return None
     done = (~active).nonzero().squeeze(1)[: size - left]  # done rows that pad the batch to `size`
     return torch.cat([active.nonzero().squeeze(1), done]).sort().values

@@ -1,8 +1,9 @@
-"""Rows that are done leave the batch (the loop stops feeding them to the target) once the drafter is gone, where a
-forward over fewer rows is cheaper: the output, scores and stats stay those of plain generate() for every row. The
-forward costs by row count are pinned by hand here (`calibration.plain_forward_ms`), so which rows leave never depends
-on a clock."""
+"""Rows that are done leave the batch (the loop stops feeding them to the target) at a step that drafts nothing, once
+the drafter is gone or the default lets it go then, where a forward over fewer rows is cheaper: the output, scores and
+stats stay those of plain generate() for every row. The forward costs by row count are pinned by hand here
+(`calibration.plain_forward_ms`), so which rows leave never depends on a clock."""
 
+import dataclasses
 import functools
 
 import pytest
@@ -13,7 +14,7 @@ import hf_specdec
 import tiny_models
 from hf_specdec import calibration, loop
 from hf_specdec.calibration import StepCosts
-from hf_specdec.policy import CostAwareDraftPolicy
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, DraftSchedule
 
 REAL_PLAIN_FORWARD_MS = calibration.plain_forward_ms
 # A drafter that can never pay: the default lets it go before the first step (no probe can come in these calls).
@@ -60,7 +61,8 @@ def _run(target, drafter, monkeypatch, input_ids, mask, **kwargs):
     monkeypatch.setattr(type(target), "forward", recorded)
     stats = hf_specdec.SpeculativeStats()
     try:
-        out = target.generate(input_ids, attention_mask=mask, drafter=drafter, gamma=NEVER, stats=stats, **kwargs)
+        out = target.generate(input_ids, attention_mask=mask, drafter=drafter, gamma=kwargs.pop("policy", NEVER),
+                              stats=stats, **kwargs)
     finally:
         monkeypatch.setattr(type(target), "forward", recorded.__wrapped__)
     return out, stats, sizes
@@ -157,6 +159,11 @@ def test_rows_to_keep_follows_the_measured_costs(monkeypatch):
         monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False, t=table: t[rows])
         keep = loop._rows_to_keep(None, torch.device("cpu"), False, active)
         assert (None if keep is None else keep.tolist()) == expected, table
+    # A lower bar (drafts expected to give 2.5x: 0.4) keeps every row where 3 rows cost half the batch's forward.
+    half = {8: 100.0, 3: 50.0, 4: 60.0}
+    monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False: half[rows])
+    assert loop._rows_to_keep(None, torch.device("cpu"), False, active, 0.4) is None
+    assert loop._rows_to_keep(None, torch.device("cpu"), False, active, 0.55).tolist() == [1, 4, 6]
     # More than half the rows left: nothing is measured or dropped.
     monkeypatch.setattr(calibration, "plain_forward_ms", lambda *args, **kwargs: pytest.fail("measured"))
     assert loop._rows_to_keep(None, torch.device("cpu"), False, torch.tensor([True, True, False])) is None
@@ -180,3 +187,96 @@ def test_plain_forward_costs_are_measured_once_per_setting(target, monkeypatch):
     first = [calibration.plain_forward_ms(target, rows, torch.device("cpu")) for rows in (2, 4, 2, 4)]
     assert calls == [2, 4] and first[0] == first[2] and first[1] == first[3] and all(ms > 0 for ms in first)
 
+
+
+class ScriptedSchedule(DraftSchedule):
+    """Draft lengths by step from a script (0: a plain step), for every row; while it drafts it expects the policy's
+    `speedup` (None: a caller's policy, followed to the end)."""
+
+    def __init__(self, policy, batch_size, device):
+        super().__init__(policy, batch_size, device)
+        self.step = 0
+        self.lengths = self._at(0)
+
+    def _at(self, step):
+        script = self.policy.script
+        return torch.full_like(self.lengths, script[step] if step < len(script) else 0)
+
+    def update(self, active, num_drafted, num_accepted):
+        self.step += 1
+        self.lengths = self._at(self.step)
+
+    def speedup_to_beat(self, active):
+        return self.policy.speedup if self.policy.speedup is None or self.lengths.any() else 1.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScriptedPolicy(DraftPolicy):
+    script: tuple = ()
+    speedup: float | None = None
+
+    def start(self, target, drafter, batch_size, device, *args, **kwargs):
+        return ScriptedSchedule(self, batch_size, device)
+
+
+# Two drafting steps, plain steps, then a probe at step 6 (half of batch6's rows are done after step 3; two rows still
+# generate at step 6).
+PROBE_LATER = (1, 1, 0, 0, 0, 0, 1)
+
+
+def _scripted(target, drafter, monkeypatch, batch6, script, speedup):
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=False)
+    policy = ScriptedPolicy(max_gamma=1, script=script, speedup=speedup)
+    out, stats, sizes = _run(target, drafter, monkeypatch, input_ids, mask, policy=policy, **kwargs)
+    assert torch.equal(out, target.generate(input_ids, attention_mask=mask, **kwargs))
+    return stats, sizes
+
+
+def test_the_default_lets_its_drafter_go_for_rows_to_leave_at_a_plain_step(
+    target, partial_drafter, batch6, monkeypatch
+):
+    stats, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER, speedup=1.5)
+    assert sizes[0] == 6 and min(sizes) <= 3, sizes
+    # The drafter went with the rows: the probe at step 6 never drafted; as many drafts as a script without it.
+    no_probe, _ = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER[:2], speedup=None)
+    assert int(stats.drafted.sum()) == int(no_probe.drafted.sum()) > 0
+
+
+def test_a_callers_policy_keeps_its_drafter_and_rows(target, partial_drafter, batch6, monkeypatch):
+    stats, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER, speedup=None)
+    no_probe, _ = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER[:2], speedup=None)
+    assert set(sizes) == {6} and int(stats.drafted.sum()) > int(no_probe.drafted.sum())
+
+
+def test_rows_leave_while_drafting_only_where_that_saves_more_than_the_drafts(
+    target, partial_drafter, batch6, monkeypatch, linear_costs
+):
+    # 1 to 3 rows of 6 cost 40 / 70 = 0.57 of the batch's forward. Drafts expected to give 1.5x (bar 0.67) lose to
+    # that: the rows leave and the drafter goes while it still drafts; drafts giving 2x (bar 0.5) win.
+    linear_costs.update({1: 40.0, 2: 40.0, 3: 40.0})
+    every_step = (1,) * 24
+    stats, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, every_step, speedup=1.5)
+    assert sizes[0] == 6 and min(sizes) <= 3, sizes
+    kept, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, every_step, speedup=2.0)
+    assert set(sizes) == {6} and int(kept.drafted.sum()) > int(stats.drafted.sum())
+    # Drafts in the first 4 steps only: from step 2 (3 rows left) the drafts win, but at the first plain step (step 4,
+    # the same 2 rows left as in step 3) the rows leave: the choice is made again every step, not only as rows finish.
+    _, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, (1,) * 4, speedup=2.0)
+    assert sizes[:4] == [6] * 4 and sizes[4] < 6, sizes
+
+
+def test_the_default_prices_its_drafts_from_acceptance_step_costs_and_its_bar():
+    # Prior 0.5, one draft: 1.5 tokens a row in a step of 120 ms against 1 in a plain one of 100 ms: 1.25x, raised by
+    # the bar a draft clears with 3 rows (8 %); a row alone clears 2 %.
+    costs = StepCosts(draft_ms=5.0, target_ms={1: 100.0, 2: 115.0}, loop_ms={0: 100.0, 1: 120.0})
+    schedule = CostAwareDraftPolicy(costs=costs, prior_alpha=0.5).start(None, None, 4, torch.device("cpu"))
+    rows = torch.tensor([True, True, False, True])
+    assert schedule.lengths.tolist() == [1] * 4
+    assert schedule.speedup_to_beat(rows) == pytest.approx(1.5 / 120.0 * 100.0 * 1.08)
+    assert schedule.speedup_to_beat(torch.tensor([False, True, False, False])) == pytest.approx(1.25 * 1.02)
+    # At prior 0.1 it drafts nothing: a plain step's 1.0.
+    schedule = CostAwareDraftPolicy(costs=costs, prior_alpha=0.1).start(None, None, 4, torch.device("cpu"))
+    assert int(schedule.lengths.max()) == 0 and schedule.speedup_to_beat(rows) == 1.0
+    # A caller's policy: None, followed to the end.
+    assert DraftPolicy(max_gamma=2).start(None, None, 4, torch.device("cpu")).speedup_to_beat(rows) is None
