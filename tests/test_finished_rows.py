@@ -280,3 +280,16 @@ def test_the_default_prices_its_drafts_from_acceptance_step_costs_and_its_bar():
     assert int(schedule.lengths.max()) == 0 and schedule.speedup_to_beat(rows) == 1.0
     # A caller's policy: None, followed to the end.
     assert DraftPolicy(max_gamma=2).start(None, None, 4, torch.device("cpu")).speedup_to_beat(rows) is None
+
+
+def test_sampled_calls_that_let_a_drafting_drafter_go_stay_reproducible(target, partial_drafter, batch6, monkeypatch):
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=True, temperature=0.7)
+    policy = ScriptedPolicy(max_gamma=2, script=(2,) * 24, speedup=1.1)  # drafts every step; rows leave at 3 left
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        runs.append(_run(target, partial_drafter, monkeypatch, input_ids, mask, policy=policy, **kwargs))
+    (first, first_stats, sizes), (second, second_stats, _) = runs
+    assert min(sizes) < 6 and first_stats.drafted.sum() > 0
+    assert torch.equal(first, second) and torch.equal(first_stats.emitted, second_stats.emitted)
