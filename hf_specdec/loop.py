@@ -114,8 +114,7 @@ def speculative_decode(
 
     # A plain step (the policy drafts nothing, as the default does once drafting does not pay) should cost what
     # plain generate()'s step costs: it skips the draft's bookkeeping and is counted in `plain_steps` [batch].
-    no_drafts = torch.zeros(batch, dtype=torch.long, device=device)  # [batch]
-    no_draft = Draft(tokens=no_drafts[:, None][:, :0], num_drafted=no_drafts)  # tokens [batch, 0]
+    no_draft = Draft.none(batch, device)
     plain_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] plain steps each row took
     first_token = pad_lens + 1  # [batch] lens - first_token: a row's tokens before its last one
     # Rows that are done may leave the batch at a step that drafts nothing, where every per-row state can follow them
@@ -159,12 +158,11 @@ def speculative_decode(
                     t[keep] for t in (sequences, lens, flagged, done_at, plain_steps, pad_lens, first_token, active)
                 )
                 target.select_rows(keep)
-                logits_processor = rows_of(logits_processor, keep, len(no_drafts))
-                no_drafts = no_drafts[keep]
-                no_draft = Draft(tokens=no_drafts[:, None][:, :0], num_drafted=no_drafts)
+                logits_processor = rows_of(logits_processor, keep, len(no_draft.num_drafted))
+                no_draft = Draft.none(len(keep), device)
 
         # 1. Draft: never past max_length (the target's token after the drafts comes for free).
-        draft, num_drafted, width = no_draft, no_drafts, 0
+        draft, num_drafted, width = no_draft, no_draft.num_drafted, 0
         if session is not None and bool(schedule.lengths.any()):
             room = (max_length - lens - 1).clamp_min(0)  # [batch]
             num_draft = torch.where(active, torch.minimum(schedule.lengths, room), 0)  # [batch], 0 for inactive rows

@@ -62,6 +62,12 @@ class Draft:
         one_hot = torch.zeros(*self.tokens.shape, vocab_size, device=self.tokens.device)
         return one_hot.scatter_(2, self.tokens.clamp(0, vocab_size - 1)[:, :, None], 1.0)
 
+    @staticmethod
+    def none(batch_size: int, device: torch.device) -> "Draft":
+        """No draft for any row (tokens [batch, 0]): a plain step's."""
+        num_drafted = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch]
+        return Draft(tokens=num_drafted[:, None][:, :0], num_drafted=num_drafted)
+
     def first(self, width: int) -> "Draft":
         """The draft cut to its first `width` columns (tokens and probs)."""
         probs = None if self.probs is None else self.probs[:, :width]
