@@ -132,14 +132,15 @@ def speculative_decode(
         active = lens < needed  # [batch]
         if freeze_finished:
             active &= ~flagged
-        if not active.any():
+        left = int(active.sum())  # (one host sync a step: on a GPU each waits for the device)
+        if not left:
             break
         if session is not None and schedule.drafting_over:
             # The schedule will draft nothing more in this call (the default, where drafting does not pay and no probe
             # would come before the end): the drafter's session goes, and with it its catch-up and the target's
             # features, so the remaining plain steps cost what plain generate()'s do.
             drafter_forwards, session, feature_layers = session.num_forwards, None, ()
-        if droppable and 2 * (left := int(active.sum())) <= len(active) and (session is not None or left < num_left):
+        if droppable and 2 * left <= len(active) and (session is not None or left < num_left):
             # 0. Rows that are done stop costing the target's forwards (generate() keeps computing them) where a
             # forward over fewer rows measured cheaper; `whole` keeps every row for the output. While the default's
             # drafter is there, only where that beats what its drafts are expected to give (under 1 / speedup_to_beat
