@@ -199,7 +199,7 @@ def speculative_decode(
             )
         else:
             committed, num_accepted = verify_greedy(draft.tokens, target_scores, num_drafted)
-        if whole is None:  # (rows dropped: drafting is over, the schedule keeps the call's rows)
+        if session is not None:  # (without a drafter the schedule is never read again; its rows are the call's)
             schedule.update(active, num_drafted, num_accepted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
