@@ -109,7 +109,7 @@ def speculative_decode(
     drafter_forwards = 0  # of a session let go before the call's end
     step_stats = SpeculativeStats.empty(batch, max_gamma)
 
-    def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         return process_scores(logits_processor, sequences, lengths, scores, rows)
 
     # A plain step (the policy drafts nothing, as the default does once drafting does not pay) should cost what
@@ -128,11 +128,11 @@ def speculative_decode(
     # uncached, so a step's chunk is its verified width (the target need not sync to find it).
     caught_up = False
     while True:
-        needed = done_at.max() if flagged.all() else max_length
-        active = lens < needed  # [batch]
-        if freeze_finished:
-            active &= ~flagged
-        left = int(active.sum())  # (one host sync a step: on a GPU each waits for the device)
+        if freeze_finished:  # a flagged row is done; once every row is, none is active
+            active = (lens < max_length) & ~flagged  # [batch]
+        else:  # every row runs until the last one stops, as generate() returns them
+            active = lens < torch.where(flagged.all(), done_at.max(), max_length)
+        left = int(active.sum())  # (the step's one host sync: on a GPU each waits for the device)
         if not left:
             break
         if session is not None and schedule.drafting_over:
@@ -190,7 +190,7 @@ def speculative_decode(
         if target_logits.shape[-1] != vocab_size:
             target_logits = target_logits[..., :vocab_size]  # [batch, width + 1, vocab]
         # Column j scores the token after a row's j-th draft (rows that drafted fewer sit it out).
-        processed = [process(target_logits[:, 0], lens, active)]
+        processed = [process(target_logits[:, 0], lens, active if left < len(active) else None)]
         processed += [process(target_logits[:, j], lens + j, active & (j <= num_drafted)) for j in range(1, width + 1)]
         target_scores = torch.stack(processed, dim=1) if width else processed[0][:, None]  # [batch, width + 1, vocab]
         if do_sample:

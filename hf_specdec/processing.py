@@ -149,9 +149,15 @@ def process_scores(
     sequences: torch.Tensor,  # [batch, buffer] left-padded token buffer
     lengths: torch.Tensor,  # [batch] row b's context is sequences[b, :lengths[b]]
     scores: torch.Tensor,  # [batch, vocab] raw logits for the token after that context
-    rows: torch.Tensor,  # [batch] bool, rows to process; the others come back as zeros
+    rows: torch.Tensor | None,  # [batch] bool, rows to process (the others come back as zeros); None: every row
 ) -> torch.Tensor:
-    """Returns the processed scores, [batch, vocab]; unselected rows are 0 (finite, never sampled)."""
+    """Returns the processed scores, [batch, vocab]; unselected rows are 0 (finite, never sampled). A caller that
+    knows every row is selected passes `rows=None`: then neither greedy nor processors that read only the scores
+    (sampling's temperature, top-k, top-p) need a look at the rows (on a GPU each look waits for the device)."""
+    if rows is None:
+        if all(type(processor) in CONTEXT_FREE for processor in processors):  # (also: no processors)
+            return processors(sequences, scores.clone()) if processors else scores
+        rows = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
     if not processors:  # greedy with no processors: the logits themselves (every caller only reads them)
         return scores if bool(rows.all()) else torch.where(rows[:, None], scores, 0.0)
     length = _common_length(lengths, rows)
