@@ -114,7 +114,7 @@ def speculative_decode(
 
     # A plain step (the policy drafts nothing, as the default does once drafting does not pay) should cost what
     # plain generate()'s step costs: it skips the draft's bookkeeping and is counted in `plain_steps` [batch].
-    no_draft = Draft.none(batch, device)
+    no_draft = Draft.none(batch, device, vocab_size)
     plain_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] plain steps each row took
     first_token = pad_lens + 1  # [batch] lens - first_token: a row's tokens before its last one
     # Rows that are done may leave the batch at a step that drafts nothing, where every per-row state can follow them
@@ -160,7 +160,7 @@ def speculative_decode(
                 )
                 target.select_rows(keep)
                 logits_processor = rows_of(logits_processor, keep, len(no_draft.num_drafted))
-                no_draft = Draft.none(len(keep), device)
+                no_draft = Draft.none(len(keep), device, vocab_size)
 
         # 1. Draft: never past max_length (the target's token after the drafts comes for free).
         draft, num_drafted, width = no_draft, no_draft.num_drafted, 0

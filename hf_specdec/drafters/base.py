@@ -63,10 +63,12 @@ class Draft:
         return one_hot.scatter_(2, self.tokens.clamp(0, vocab_size - 1)[:, :, None], 1.0)
 
     @staticmethod
-    def none(batch_size: int, device: torch.device) -> "Draft":
-        """No draft for any row (tokens [batch, 0]): a plain step's."""
+    def none(batch_size: int, device: torch.device, vocab_size: int) -> "Draft":
+        """No draft for any row (tokens [batch, 0], probs [batch, 0, vocab]): a plain step's, built once a call so a
+        plain step pays no tensor op for it."""
         num_drafted = torch.zeros(batch_size, dtype=torch.long, device=device)  # [batch]
-        return Draft(tokens=num_drafted[:, None][:, :0], num_drafted=num_drafted)
+        probs = torch.zeros(batch_size, 0, vocab_size, device=device)
+        return Draft(tokens=num_drafted[:, None][:, :0], num_drafted=num_drafted, probs=probs)
 
     def first(self, width: int) -> "Draft":
         """The draft cut to its first `width` columns (tokens and probs)."""
