@@ -9,8 +9,10 @@ order per repeat (paired):
   unrelated target.generate(drafter=<random-weight drafter>, gamma=<plain steps>)
   head      the same with the shipped EAGLE-3 head (it asks for hidden states every step)
   plain2    plain generate() timed again (A/A control)
+  unrelated-go, head-go (session u) the default with step costs under which no draft can pay: it lets the drafter go
+            before the first step, as it does wherever drafting cannot pay before a call's end
 where <plain steps> is calibration's private `_ClockedPolicy(num_drafts=0)`: every step drafts nothing, as the
-default does once it gave up on a drafter. Run from the repo root with one core and one thread, e.g.
+default does once it gave up on a drafter (the drafter stays, for probes). Run from the repo root with one core and one thread, e.g.
   nice -n -15 taskset -c 1 python docs/bench/issue24/overhead.py --dtype bfloat16 --repeats 5
 """
 
@@ -26,8 +28,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
-from hf_specdec.calibration import _ClockedPolicy
+from hf_specdec.calibration import StepCosts, _ClockedPolicy
 from hf_specdec.loading import load_drafter
+from hf_specdec.policy import CostAwareDraftPolicy
 from hf_specdec.smollm2 import load_smollm2
 
 
@@ -70,6 +73,9 @@ def main() -> None:
         spans.clear()
         if method.startswith("plain"):
             target.generate(**inputs, **settings)
+        elif method.endswith("-go"):  # no draft can pay: the drafter goes before the first step
+            never = CostAwareDraftPolicy(costs=StepCosts(draft_ms=1e6, target_ms={1: 1.0, 2: 2.0}))
+            target.generate(**inputs, drafter=drafters[method[:-3]], gamma=never, **settings)
         else:
             policy = _ClockedPolicy(max_gamma=1, num_drafts=0)
             target.generate(**inputs, drafter=drafters[method], gamma=policy, **settings)
