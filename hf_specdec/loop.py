@@ -149,7 +149,8 @@ def speculative_decode(
             keep = None
             if speedup is not None:
                 num_left = left
-                keep = _rows_to_keep(model, device, target.position_masks, active, min(DROP_ROWS_BELOW, 1 / speedup))
+                bar = min(DROP_ROWS_BELOW, 1 / speedup)
+                keep = _rows_to_keep(model, device, target.position_masks, active, left, bar)
             if keep is not None:
                 if session is not None:
                     drafter_forwards, session, feature_layers = session.num_forwards, None, ()
@@ -244,13 +245,14 @@ DROP_ROWS_BELOW = 0.9
 
 
 def _rows_to_keep(
-    model, device: torch.device, position_masks: bool, active: torch.Tensor, bar: float = DROP_ROWS_BELOW
+    model, device: torch.device, position_masks: bool, active: torch.Tensor, left: int, bar: float = DROP_ROWS_BELOW
 ) -> torch.Tensor | None:
     """The rows ([kept] long, ascending) a batch whose `active` rows ([rows] bool) are left should keep, or None to
     keep them all: the active rows, padded with done ones up to a power of two when that forward is cheaper, if at most
     half the rows are active and that forward measured under `bar` of the whole batch's (a forward's cost need not grow
-    with its rows, e.g. fp32 on Zen 4: 115 ms at 3 rows, 87 at 4, 108 at 8)."""
-    rows, left = active.shape[0], int(active.sum())
+    with its rows, e.g. fp32 on Zen 4: 115 ms at 3 rows, 87 at 4, 108 at 8). `left` is the active rows' count, which
+    the loop has (counting them again would read the device again)."""
+    rows = active.shape[0]
     if not 0 < 2 * left <= rows:
         return None
     full = calibration.plain_forward_ms(model, rows, device, position_masks)

@@ -157,16 +157,16 @@ def test_rows_to_keep_follows_the_measured_costs(monkeypatch):
         ({8: 100.0, 3: 95.0, 4: 99.0}, None),  # under 10 % cheaper: not worth dropping
     ):
         monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False, t=table: t[rows])
-        keep = loop._rows_to_keep(None, torch.device("cpu"), False, active)
+        keep = loop._rows_to_keep(None, torch.device("cpu"), False, active, 3)
         assert (None if keep is None else keep.tolist()) == expected, table
     # A lower bar (drafts expected to give 2.5x: 0.4) keeps every row where 3 rows cost half the batch's forward.
     half = {8: 100.0, 3: 50.0, 4: 60.0}
     monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False: half[rows])
-    assert loop._rows_to_keep(None, torch.device("cpu"), False, active, 0.4) is None
-    assert loop._rows_to_keep(None, torch.device("cpu"), False, active, 0.55).tolist() == [1, 4, 6]
+    assert loop._rows_to_keep(None, torch.device("cpu"), False, active, 3, 0.4) is None
+    assert loop._rows_to_keep(None, torch.device("cpu"), False, active, 3, 0.55).tolist() == [1, 4, 6]
     # More than half the rows left: nothing is measured or dropped.
     monkeypatch.setattr(calibration, "plain_forward_ms", lambda *args, **kwargs: pytest.fail("measured"))
-    assert loop._rows_to_keep(None, torch.device("cpu"), False, torch.tensor([True, True, False])) is None
+    assert loop._rows_to_keep(None, torch.device("cpu"), False, torch.tensor([True, True, False]), 2) is None
 
 
 def test_where_fewer_rows_are_not_cheaper_every_row_stays(target, unrelated_drafter, batch6, monkeypatch, linear_costs):
