@@ -69,6 +69,14 @@ def check_request(target: PreTrainedModel, kwargs: dict[str, Any], streamer: Any
         )
 
 
+#: generate()'s modes besides greedy and sampling that a config can ask for (beam search and assisted decoding have
+#: errors of their own): plain generate() runs these from their hub repositories.
+_OTHER_MODES = {
+    "CONTRASTIVE_SEARCH": "contrastive search (penalty_alpha > 0 with top_k > 1)",
+    "DOLA_GENERATION": "DoLa decoding (dola_layers)",
+}
+
+
 def check_generation_config(
     config: GenerationConfig, synced_gpus: bool, batch_size: int, streamer: Any
 ) -> None:
@@ -86,6 +94,12 @@ def check_generation_config(
         raise UnsupportedGenerationError(
             "the generation config asks for transformers' assisted decoding (prompt_lookup_num_tokens / "
             "assistant_early_exit); unset it or use drafter='prompt_lookup'."
+        )
+    mode = config.get_generation_mode()
+    if mode.name not in ("GREEDY_SEARCH", "SAMPLE"):  # the loop would decode greedily instead of what was asked
+        what = _OTHER_MODES.get(mode.name, f"generation mode {mode.value!r}")
+        raise UnsupportedGenerationError(
+            f"{what} cannot be combined with `drafter=`; unset it to decode greedily or sample."
         )
     if config.token_healing:
         raise UnsupportedGenerationError("token_healing cannot be combined with `drafter=`.")

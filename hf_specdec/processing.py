@@ -93,18 +93,23 @@ def _live(processors: LogitsProcessorList, length: int, on_cpu: bool) -> LogitsP
     return live
 
 
-#: Processor attributes that hold one entry per batch row (transformers 5.x), by processor class.
-PER_ROW_STATE = {"RepetitionPenaltyLogitsProcessor": ("prompt_ignore_length",)}
+#: Processor attributes that hold one entry per batch row (transformers 5.x), by processor class. (generate() builds
+#: EncoderRepetitionPenaltyLogitsProcessor with each prompt's ids, one row per prompt, which it repeats over a prompt's
+#: `num_return_sequences` rows itself.)
+PER_ROW_STATE = {
+    "RepetitionPenaltyLogitsProcessor": ("prompt_ignore_length",),
+    "EncoderRepetitionPenaltyLogitsProcessor": ("encoder_input_ids",),
+}
 
 
 #: transformers' processors (exact classes) whose only per-row state is PER_ROW_STATE's: a batch may drop rows under
 #: them (`rows_of`), which it may not under a processor that keeps its own per-row state or identifies rows by index.
 ROW_SELECTABLE = CONTEXT_FREE + MIN_LENGTH + tuple(
     getattr(logits_process, name)
-    for name in ("RepetitionPenaltyLogitsProcessor", "NoRepeatNGramLogitsProcessor", "NoBadWordsLogitsProcessor",
-                 "SequenceBiasLogitsProcessor", "SuppressTokensLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor",
-                 "ForcedBOSTokenLogitsProcessor", "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor",
-                 "LogitNormalization")
+    for name in ("RepetitionPenaltyLogitsProcessor", "EncoderRepetitionPenaltyLogitsProcessor",
+                 "NoRepeatNGramLogitsProcessor", "NoBadWordsLogitsProcessor", "SequenceBiasLogitsProcessor",
+                 "SuppressTokensLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor", "ForcedBOSTokenLogitsProcessor",
+                 "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor", "LogitNormalization")
     if hasattr(logits_process, name)
 )
 
@@ -124,8 +129,9 @@ def rows_selectable(processors: LogitsProcessorList, criteria: StoppingCriteriaL
 
 
 def rows_of(processors: LogitsProcessorList, index: torch.Tensor, batch: int) -> LogitsProcessorList:
-    """The processors as seen by the rows `index`: per-row state (PER_ROW_STATE, e.g. the padding
-    lengths RepetitionPenaltyLogitsProcessor skips) is sliced to those rows."""
+    """The processors as seen by the rows `index` of a batch of `batch` rows: per-row state (PER_ROW_STATE, e.g. the
+    padding lengths RepetitionPenaltyLogitsProcessor skips) is sliced to those rows, after repeating state kept per
+    prompt over its rows (as a processor does itself when called with more rows than it holds)."""
     if index.numel() == batch:
         return processors
     sliced = LogitsProcessorList()
@@ -139,6 +145,8 @@ def rows_of(processors: LogitsProcessorList, index: torch.Tensor, batch: int) ->
             processor = copy.copy(processor)
             for name in names:
                 value = getattr(processor, name)
+                if 0 < value.shape[0] < batch and batch % value.shape[0] == 0:  # per prompt: each row's own
+                    value = value.repeat_interleave(batch // value.shape[0], dim=0)
                 setattr(processor, name, value[index.to(value.device)])
         sliced.append(processor)
     return sliced

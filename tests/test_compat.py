@@ -116,6 +116,9 @@ def test_drafter_context_too_short(target):
         (dict(output_hidden_states=True, return_dict_in_generate=True), errors.UnsupportedGenerationError),
         (dict(prompt_lookup_num_tokens=3), errors.UnsupportedGenerationError),
         (dict(guidance_scale=1.5), errors.UnsupportedGenerationError),
+        # Modes plain generate() runs from hub repositories; without the check the loop decoded greedily.
+        (dict(penalty_alpha=0.6, top_k=4), errors.UnsupportedGenerationError),
+        (dict(dola_layers="low"), errors.UnsupportedGenerationError),
     ],
 )
 def test_unsupported_generation_options(target, kwargs, error):

@@ -100,6 +100,25 @@ def test_repetition_penalty_greedy(target, partial_drafter):
     assert not torch.equal(out, greedy(target, input_ids, mask))  # the penalty changed something
 
 
+def test_encoder_repetition_penalty_keeps_each_rows_prompt(target, partial_drafter):
+    # generate() builds the processor with every prompt's ids, one row each; rows of a ragged step go through it a
+    # length at a time, so each group must see its own rows' prompts (it crashed on a row-count mismatch before).
+    input_ids, mask = tiny_models.prompts(3, seed=11)
+    out, stats = speculate(target, partial_drafter, input_ids, mask, gamma=4, encoder_repetition_penalty=3.0)
+    assert torch.equal(out, greedy(target, input_ids, mask, encoder_repetition_penalty=3.0))
+    assert not torch.equal(out, greedy(target, input_ids, mask))  # the penalty changed something
+    assert len(set(stats.row_acceptance_rate.tolist())) > 1  # rows reached different lengths
+
+
+def test_encoder_repetition_penalty_with_several_sequences_per_prompt(target, partial_drafter):
+    # With num_return_sequences the processor holds one row per prompt and repeats it over that prompt's rows.
+    # top_k=1 makes sampling deterministic, so the output can be compared token for token.
+    input_ids, mask = tiny_models.prompts(2, seed=12)
+    kwargs = dict(do_sample=True, top_k=1, num_return_sequences=2, max_new_tokens=20, encoder_repetition_penalty=3.0)
+    out = target.generate(input_ids, attention_mask=mask, drafter=partial_drafter, gamma=3, **kwargs)
+    assert torch.equal(out, target.generate(input_ids, attention_mask=mask, **kwargs))
+
+
 class StopAfterToken(StoppingCriteria):
     """Stops a row once `token` appears among its last tokens (a user-defined criterion)."""
 
