@@ -15,6 +15,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from hf_specdec.errors import (
     InvalidGammaError,
+    InvalidInputError,
     MaxLengthError,
     SpecialTokenMismatchError,
     TokenizerMismatchError,
@@ -125,6 +126,38 @@ def check_processors(processors, batch_size: int) -> None:
             )
 
 
+def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
+    """Model inputs generate() passes on that the loop would not read: prompts given as embeddings (the drafter and
+    the loop work on token ids; the loop would decode from `input_ids` alone, empty when only embeddings are given) and
+    position ids other than generate()'s own (the loop derives each row's positions from its attention mask as
+    generate() does by default; a model with learned positions decodes differently from others)."""
+    if model_kwargs.get("inputs_embeds") is not None:
+        raise UnsupportedGenerationError(
+            "inputs_embeds cannot be combined with `drafter=`: the drafter and the loop read the prompt's token ids; "
+            "pass input_ids instead."
+        )
+    if input_ids.shape[1] == 0:
+        raise InvalidInputError("the prompt is empty; give every row at least one token (e.g. the BOS token).")
+    position_ids = model_kwargs.get("position_ids")
+    if position_ids is not None and not torch.equal(position_ids, _default_position_ids(model_kwargs, input_ids)):
+        raise UnsupportedGenerationError(
+            "position_ids other than the ones generate() counts from each row's attention mask (given by the caller, "
+            "or made by the model's own input preparation, e.g. multimodal rotary positions) cannot be combined with "
+            "`drafter=`: the loop counts positions from the mask; drop position_ids."
+        )
+
+
+def _default_position_ids(model_kwargs: dict, input_ids: torch.Tensor) -> torch.Tensor:
+    """The position ids generate() makes when none are given (`_prepare_position_ids_for_generation`), from the
+    attention mask (which generate() then drops when it is all ones), else counted on from a given cache."""
+    mask = model_kwargs.get("attention_mask")
+    if mask is not None:
+        return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    cache = model_kwargs.get(CACHE_KWARG)
+    past = cache.get_seq_length() if cache is not None else 0
+    return torch.arange(past, past + input_ids.shape[1], device=input_ids.device)[None].expand(input_ids.shape[0], -1)
+
+
 def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor:
     """[batch] number of left-padding columns per row; raises on any other padding layout."""
     batch, length = input_ids.shape
@@ -133,7 +166,7 @@ def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -
     pad_lens = (attention_mask == 0).sum(dim=1)
     expected = torch.arange(length, device=attention_mask.device)[None, :] >= pad_lens[:, None]
     if not torch.equal(attention_mask.bool(), expected):
-        raise ValueError(
+        raise InvalidInputError(
             "hf_specdec needs left-padded prompts (padding only before each row's tokens); "
             "set `tokenizer.padding_side = 'left'`."
         )

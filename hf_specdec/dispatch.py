@@ -15,7 +15,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from hf_specdec import attention, compat, pipelines
 from hf_specdec.drafters import resolve_drafter
-from hf_specdec.errors import UnsupportedModelError
+from hf_specdec.errors import InvalidInputError, UnsupportedModelError
 from hf_specdec.loop import speculative_decode
 
 _original_generate = None
@@ -47,7 +47,7 @@ def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs
     stop_strings = kwargs.pop("stop_strings", None) or config.stop_strings
     if stop_strings is not None:
         if tokenizer is None:
-            raise ValueError("stop_strings need `tokenizer=` in the generate() call, as in plain generate().")
+            raise InvalidInputError("stop_strings need `tokenizer=` in the generate() call, as in plain generate().")
         criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
         criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings))
         kwargs["stopping_criteria"] = criteria

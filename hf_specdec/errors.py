@@ -37,6 +37,11 @@ class UnsupportedGenerationError(SpeculativeError, NotImplementedError):
     """A generate() option that speculative decoding does not support (beam search, hidden states...)."""
 
 
+class InvalidInputError(SpeculativeError, ValueError):
+    """Inputs generate() takes that the loop cannot decode exactly as given: padding that is not on the left of each
+    row, `stop_strings` without the `tokenizer=` that turns them into tokens."""
+
+
 class UnsupportedModelError(SpeculativeError, NotImplementedError):
     """A model or cache layout that the speculative loop cannot run (encoder-decoder, sliding window)."""
 

@@ -32,7 +32,7 @@ def _raises(error, target, drafter, **kwargs):
     hook = target.register_forward_hook(lambda *a: forwards.append(1))
     try:
         with pytest.raises(error) as info:
-            target.generate(_ids(), max_new_tokens=5, drafter=drafter, **kwargs)
+            target.generate(**{"inputs": _ids(), **kwargs}, max_new_tokens=5, drafter=drafter)
     finally:
         hook.remove()
     assert not forwards, "the target ran before the error"
@@ -142,8 +142,45 @@ def test_encoder_decoder_target_is_rejected(target):
 def test_right_padding_is_rejected(target):
     ids = torch.tensor([[5, 6, 7], [5, 6, 0]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    with pytest.raises(ValueError, match="padding_side = 'left'"):
-        target.generate(ids, attention_mask=mask, max_new_tokens=3, drafter=target)
+    message = _raises(errors.InvalidInputError, target, target, inputs=ids, attention_mask=mask)
+    assert "padding_side = 'left'" in message
+    assert issubclass(errors.InvalidInputError, ValueError)
+
+
+def test_prompt_embeddings_are_refused(target, partial_drafter):
+    # With inputs_embeds alone generate() hands the loop an empty input_ids: it decoded as if from no prompt.
+    ids = _ids()
+    embeds = target.get_input_embeddings()(ids).detach()
+    for kwargs in (dict(inputs=None, inputs_embeds=embeds), dict(inputs=ids, inputs_embeds=embeds)):
+        message = _raises(errors.UnsupportedGenerationError, target, partial_drafter, **kwargs)
+        assert "input_ids" in message
+
+
+def test_position_ids_of_the_callers_own_are_refused_and_generates_own_pass():
+    # A model with learned positions decodes differently from shifted positions; the loop counted its own and
+    # ignored them (the same tokens as without them: silently not what plain generate() returns).
+    model = tiny_models.gpt2(seed=0)
+    drafter = tiny_models.perturbed(model, scale=0.1)
+    ids, mask = tiny_models.prompts(2, seed=4)
+    default = (mask.cumsum(-1) - 1).clamp_min(0)
+    kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=10)
+    shifted = model.generate(ids, position_ids=default + 7, **kwargs)
+    assert not torch.equal(shifted, model.generate(ids, **kwargs))  # plain generate() reads them
+    message = _raises(errors.UnsupportedGenerationError, model, drafter, inputs=ids, position_ids=default + 7,
+                      attention_mask=mask)
+    assert "position_ids" in message
+    ours = model.generate(ids, position_ids=default, drafter=drafter, gamma=3, **kwargs)
+    assert torch.equal(ours, model.generate(ids, position_ids=default, **kwargs))
+
+
+def test_empty_prompt_is_refused(target):
+    message = _raises(errors.InvalidInputError, target, target, inputs=torch.zeros(1, 0, dtype=torch.long))
+    assert "empty" in message
+
+
+def test_stop_strings_without_tokenizer(target):
+    message = _raises(errors.InvalidInputError, target, target, stop_strings=["a"])
+    assert "tokenizer=" in message
 
 
 def test_drafter_of_the_wrong_type(target):
