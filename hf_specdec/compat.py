@@ -128,7 +128,8 @@ def check_processors(processors, batch_size: int) -> None:
 
 def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
     """Model inputs generate() passes on that the loop would not read: prompts given as embeddings (the drafter and
-    the loop work on token ids; the loop would decode from `input_ids` alone, empty when only embeddings are given) and
+    the loop work on token ids; the loop would decode from `input_ids` alone, empty when only embeddings are given), an
+    empty prompt, a cache that already holds tokens (prefix caching: the loop starts from an empty one) and
     position ids other than generate()'s own (the loop derives each row's positions from its attention mask as
     generate() does by default; a model with learned positions decodes differently from others)."""
     if model_kwargs.get("inputs_embeds") is not None:
@@ -138,8 +139,11 @@ def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
         )
     if input_ids.shape[1] == 0:
         raise InvalidInputError("the prompt is empty; give every row at least one token (e.g. the BOS token).")
+    cache = model_kwargs.get(CACHE_KWARG)
+    if cache is not None and cache.get_seq_length() > 0:  # (here, before the default's calibration runs the target)
+        raise UnsupportedModelError("hf_specdec starts from an empty cache; pass none to generate().")
     position_ids = model_kwargs.get("position_ids")
-    if position_ids is not None and not torch.equal(position_ids, _default_position_ids(model_kwargs, input_ids)):
+    if position_ids is not None and not _default_position_ids(position_ids, model_kwargs, input_ids):
         raise UnsupportedGenerationError(
             "position_ids other than the ones generate() counts from each row's attention mask (given by the caller, "
             "or made by the model's own input preparation, e.g. multimodal rotary positions) cannot be combined with "
@@ -147,15 +151,17 @@ def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
         )
 
 
-def _default_position_ids(model_kwargs: dict, input_ids: torch.Tensor) -> torch.Tensor:
-    """The position ids generate() makes when none are given (`_prepare_position_ids_for_generation`), from the
-    attention mask (which generate() then drops when it is all ones), else counted on from a given cache."""
+def _default_position_ids(position_ids: torch.Tensor, model_kwargs: dict, input_ids: torch.Tensor) -> bool:
+    """Whether `position_ids` are the ones generate() makes when none are given (`_prepare_position_ids_for_generation`):
+    counted from the attention mask, or, where generate() dropped an all-ones mask (or had none), 0, 1, 2, ... over
+    the prompt (or over a given cache's tokens and the prompt)."""
     mask = model_kwargs.get("attention_mask")
     if mask is not None:
-        return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        return torch.equal(position_ids, (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0))
     cache = model_kwargs.get(CACHE_KWARG)
-    past = cache.get_seq_length() if cache is not None else 0
-    return torch.arange(past, past + input_ids.shape[1], device=input_ids.device)[None].expand(input_ids.shape[0], -1)
+    length = position_ids.shape[-1]
+    lengths = {input_ids.shape[1], input_ids.shape[1] + (cache.get_seq_length() if cache is not None else 0)}
+    return length in lengths and bool((position_ids == torch.arange(length, device=position_ids.device)).all())
 
 
 def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor:

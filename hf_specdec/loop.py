@@ -74,9 +74,9 @@ def speculative_decode(
     """
     # 0. Checks, before any forward pass.
     compat.check_generation_config(generation_config, synced_gpus, input_ids.shape[0], streamer)
-    compat.check_model_inputs(model_kwargs, input_ids)
     compat.check_processors(logits_processor, input_ids.shape[0])
     compat.check_target(model, input_ids.shape[0])
+    compat.check_model_inputs(model_kwargs, input_ids)  # after check_target: it reads the cache's length
     vocab_size = drafter.check_compatible(model, generation_config, tokenizer, drafter_tokenizer)
     policy = compat.check_gamma(gamma)
     max_gamma = policy.max_gamma

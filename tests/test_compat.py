@@ -310,3 +310,16 @@ def test_the_cache_keyword_follows_the_installed_transformers():
     assert compat.cache_argument(Old()) == "past_key_values"
     assert compat.cache_argument(New()) == ("cache" if compat.CACHE_KWARG == "cache" else None)
     assert compat.cache_argument(Stateless()) is None
+
+
+def test_a_cache_holding_part_of_the_prompt_is_refused_for_what_it_is(target):
+    # Prefix caching: plain generate() feeds only the uncached tokens; the loop starts from an empty cache. The
+    # position ids generate() makes then cover the whole prompt, which must not read as the caller's own.
+    from transformers import DynamicCache
+
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7, 11, 12]])
+    cache = DynamicCache(config=target.config)
+    with torch.no_grad():
+        target(ids[:, :5], past_key_values=cache, use_cache=True)
+    message = _raises(errors.UnsupportedModelError, target, target, inputs=ids, past_key_values=cache)
+    assert "empty cache" in message
