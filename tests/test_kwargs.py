@@ -1,0 +1,150 @@
+"""Every generate() kwarg a user may pass, with `drafter=`: plain generate()'s output (greedy, fp32: token for token;
+scores and logits too, where a row still generates), or a typed `SpeculativeError` before the target's first forward
+that leaves its generation_config as it was; where plain generate() itself raises, an error too. Never other tokens
+and never an untyped error. Chains, trees, prompt lookup and the default, on a left-padded batch of two.
+
+A catalog, so a kwarg that goes through unread shows up here: contrastive search and DoLa decoded greedily,
+inputs_embeds alone decoded from no prompt, position_ids were ignored, encoder_repetition_penalty crashed mid-call in
+batches, until each was caught by this list."""
+
+import copy
+
+import pytest
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+import tiny_models
+from hf_specdec import errors
+from hf_specdec.policy import TreeDraftPolicy
+
+IDS, MASK = tiny_models.prompts(2, seed=7, min_len=4, max_len=8)
+POSITIONS = (MASK.cumsum(-1) - 1).clamp_min(0)  # generate()'s own
+
+
+def _shift_scores(ids, scores):  # a processor of the caller's own that reads the tokens so far
+    return scores + (ids[:, -1:] % 3 == 0) * torch.linspace(0, 2, scores.shape[-1])
+
+
+CASES = {
+    "plain": {},
+    "min_new_tokens": dict(min_new_tokens=10),
+    "min_length": dict(min_length=14),
+    "max_length": dict(max_length=17, max_new_tokens=None),
+    "no_repeat_ngram_size": dict(no_repeat_ngram_size=2),
+    "repetition_penalty": dict(repetition_penalty=1.3),
+    "encoder_repetition_penalty": dict(encoder_repetition_penalty=1.3),
+    "sequence_bias": dict(sequence_bias={(5,): 3.0, (9, 14): -2.0}),
+    "bad_words_ids": dict(bad_words_ids=[[5], [9, 14]]),
+    "suppress_tokens": dict(suppress_tokens=[5, 9]),
+    "begin_suppress_tokens": dict(begin_suppress_tokens=[5, 9]),
+    "forced_bos_token_id": dict(forced_bos_token_id=7),
+    "forced_eos_token_id": dict(forced_eos_token_id=tiny_models.EOS),
+    "exponential_decay_length_penalty": dict(exponential_decay_length_penalty=(4, 1.5)),
+    "renormalize_logits": dict(renormalize_logits=True),
+    "watermarking_config": dict(watermarking_config={"bias": 2.0, "context_width": 1}),
+    "eos_token_id list": dict(eos_token_id=[tiny_models.EOS, 11]),
+    "pad_token_id": dict(pad_token_id=3),
+    "use_cache False": dict(use_cache=False),
+    "static cache": dict(cache_implementation="static"),
+    "max_time": dict(max_time=60.0),
+    "low_memory": dict(low_memory=True),
+    "scores and logits": dict(output_scores=True, output_logits=True, return_dict_in_generate=True),
+    "logits_processor": dict(logits_processor=LogitsProcessorList([_shift_scores])),
+    "stopping_criteria": dict(stopping_criteria=StoppingCriteriaList([lambda ids, scores, **k: ids[:, -1] == 17])),
+    "generation_config": dict(generation_config=GenerationConfig(max_new_tokens=9, no_repeat_ngram_size=3)),
+    "position_ids, generate()'s own": dict(position_ids=POSITIONS),
+    "ignored sampling flags": dict(temperature=0.5, top_k=3, top_p=0.5),
+    # Refused (typed), or an error as in plain generate().
+    "num_beams": dict(num_beams=2),
+    "contrastive search": dict(penalty_alpha=0.6, top_k=4),
+    "dola_layers": dict(dola_layers="low"),
+    "guidance_scale": dict(guidance_scale=1.5),
+    "output_attentions": dict(output_attentions=True, return_dict_in_generate=True),
+    "output_hidden_states": dict(output_hidden_states=True, return_dict_in_generate=True),
+    "prefix_allowed_tokens_fn": dict(prefix_allowed_tokens_fn=lambda batch, ids: list(range(3, 40))),
+    "prompt_lookup_num_tokens": dict(prompt_lookup_num_tokens=3),
+    "stop_strings without tokenizer": dict(stop_strings=["a"]),
+    "position_ids of one's own": dict(position_ids=POSITIONS + 5),
+    "inputs_embeds": "embeds",
+    "right padding": dict(inputs=IDS.flip(1), attention_mask=MASK.flip(1)),
+    "empty prompt": dict(inputs=IDS[:, :0], attention_mask=MASK[:, :0]),
+    "num_return_sequences greedy": dict(num_return_sequences=2),
+    "unused model kwarg": dict(token_type_ids=torch.zeros_like(IDS)),
+}
+
+SPECS = {
+    "chain": lambda drafter: dict(drafter=drafter, gamma=3),
+    "tree": lambda drafter: dict(drafter=drafter, gamma=TreeDraftPolicy(top_k=2, max_depth=3, max_nodes=6)),
+    "prompt lookup": lambda drafter: dict(drafter="prompt_lookup", gamma=3),
+    "default": lambda drafter: dict(drafter=drafter),
+}
+
+
+def _kwargs(target, case):
+    kwargs = dict(inputs=IDS, attention_mask=MASK, max_new_tokens=12, do_sample=False)
+    if case == "embeds":  # the prompt as embeddings only
+        kwargs.pop("inputs")
+        kwargs["inputs_embeds"] = target.get_input_embeddings()(IDS).detach()
+        return kwargs
+    kwargs.update(copy.copy(case))
+    return {name: value for name, value in kwargs.items() if value is not None or name != "max_new_tokens"}
+
+
+def _same(ours, plain, prompt_len, pad):
+    if isinstance(plain, torch.Tensor):
+        return torch.equal(ours, plain)
+    if not torch.equal(ours.sequences, plain.sequences):
+        return False
+    for name in ("scores", "logits"):
+        mine, theirs = getattr(ours, name), getattr(plain, name)
+        if (mine is None) != (theirs is None) or (mine is not None and len(mine) != len(theirs)):
+            return False
+        for t, (a, b) in enumerate(zip(mine or (), theirs or ())):
+            live = plain.sequences[:, prompt_len + t] != pad  # rows still generating at t
+            if not torch.allclose(a[live], b[live], atol=1e-4) or a[~live].any():  # past a row's end: 0
+                return False
+    return True
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("case", CASES)
+def test_a_kwarg_gives_plain_generates_output_or_a_typed_error_first(target, partial_drafter, case, spec):
+    kwargs = _kwargs(target, CASES[case])
+    try:
+        plain, plain_error = target.generate(**kwargs), None
+    except Exception as error:  # noqa: BLE001 (what plain generate() does with it, whatever it is)
+        plain, plain_error = None, error
+    config = copy.deepcopy(target.generation_config.to_dict())
+    forwards = []
+    hook = target.register_forward_hook(lambda *args: forwards.append(1))
+    try:
+        ours = target.generate(**kwargs, **SPECS[spec](partial_drafter))
+        ours_error = None
+    except Exception as error:  # noqa: BLE001
+        ours, ours_error = None, error
+    finally:
+        hook.remove()
+    assert target.generation_config.to_dict() == config
+    if ours_error is None:
+        assert plain_error is None, f"plain generate() raised {plain_error!r}; ours returned an output"
+        same = _same(ours, plain, kwargs["inputs"].shape[1], kwargs.get("pad_token_id", tiny_models.PAD))
+        assert same, "not plain generate()'s output"
+    elif isinstance(ours_error, errors.SpeculativeError):
+        assert not forwards, "refused after the target ran"
+    else:  # only where plain generate() raises the same (generate() checks the kwarg before our loop runs)
+        assert plain_error is not None and type(ours_error) is type(plain_error), repr(ours_error)
+
+
+def test_the_catalog_covers_outputs_refusals_and_errors_of_plain_generate(target, partial_drafter):
+    # The catalog is only worth what it exercises: cases of all three outcomes, with the chain drafter.
+    outcomes = set()
+    for case in CASES.values():
+        kwargs = _kwargs(target, case)
+        try:
+            target.generate(**kwargs, drafter=partial_drafter, gamma=3)
+            outcomes.add("output")
+        except errors.SpeculativeError:
+            outcomes.add("refused")
+        except Exception:  # noqa: BLE001
+            outcomes.add("plain's error")
+    assert outcomes == {"output", "refused", "plain's error"}
