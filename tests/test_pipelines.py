@@ -98,3 +98,16 @@ def test_pipeline_tokenizer_reaches_compatibility_check(pipe, partial_drafter, t
 def test_missing_drafter_path_names_the_fix(pipe, tmp_path):
     with pytest.raises(CheckpointNotFoundError, match="save_pretrained"):
         pipe(PROMPTS[0], drafter=str(tmp_path / "nowhere"), max_new_tokens=4, do_sample=False)
+
+
+def test_stop_strings_work_with_the_pipelines_tokenizer(pipe, partial_drafter):
+    # The pipeline hands its tokenizer to generate() with drafter=; transformers' own pipeline call needs it given.
+    with pytest.raises(ValueError, match="tokenizer"):
+        pipe(PROMPTS[2], max_new_tokens=12, do_sample=False, stop_strings=["w7"])
+    plain = pipe(PROMPTS, max_new_tokens=12, do_sample=False, stop_strings=["w7"], tokenizer=pipe.tokenizer,
+                 return_tensors=True)
+    ours = pipe(PROMPTS, max_new_tokens=12, do_sample=False, stop_strings=["w7"], drafter=partial_drafter, gamma=3,
+                return_tensors=True)
+    assert _ids(ours) == _ids(plain)
+    unstopped = pipe(PROMPTS, max_new_tokens=12, do_sample=False, return_tensors=True)
+    assert _ids(plain) != _ids(unstopped)  # the stop string really cut a row
