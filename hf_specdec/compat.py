@@ -126,16 +126,27 @@ def check_processors(processors, batch_size: int) -> None:
             )
 
 
+#: Per-token type ids generate() feeds a model beside input_ids (repeating a row's last one for new tokens).
+TOKEN_TYPE_KWARGS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
+
+
 def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
     """Model inputs generate() passes on that the loop would not read: prompts given as embeddings (the drafter and
-    the loop work on token ids; the loop would decode from `input_ids` alone, empty when only embeddings are given), an
-    empty prompt, a cache that already holds tokens (prefix caching: the loop starts from an empty one) and
-    position ids other than generate()'s own (the loop derives each row's positions from its attention mask as
-    generate() does by default; a model with learned positions decodes differently from others)."""
+    the loop work on token ids; the loop would decode from `input_ids` alone, empty when only embeddings are given),
+    token type ids, an empty prompt, a cache that already holds tokens (prefix caching: the loop starts from an empty
+    one) and position ids other than generate()'s own (the loop derives each row's positions from its attention mask
+    as generate() does by default; a model with learned positions decodes differently from others)."""
     if model_kwargs.get("inputs_embeds") is not None:
         raise UnsupportedGenerationError(
             "inputs_embeds cannot be combined with `drafter=`: the drafter and the loop read the prompt's token ids; "
             "pass input_ids instead."
+        )
+    given = [name for name in TOKEN_TYPE_KWARGS if model_kwargs.get(name) is not None]
+    if given:  # generate() feeds them (the last column repeated for new tokens); the loop's forwards do not
+        raise UnsupportedGenerationError(
+            f"{given[0]} cannot be combined with `drafter=`: the loop's forwards do not feed them, and a model that "
+            "reads them (GPT-2 adds their embedding to every token) would decode otherwise; drop them (a tokenizer "
+            "that returns them: return_token_type_ids=False)."
         )
     if input_ids.shape[1] == 0:
         raise InvalidInputError("the prompt is empty; give every row at least one token (e.g. the BOS token).")

@@ -173,6 +173,19 @@ def test_position_ids_of_the_callers_own_are_refused_and_generates_own_pass():
     assert torch.equal(ours, model.generate(ids, position_ids=default, **kwargs))
 
 
+def test_token_type_ids_are_refused():
+    # GPT-2 adds their embedding to every token (generate() repeats a row's last type for new tokens); the loop's
+    # forwards did not feed them, so a GPT-2 returned other tokens than plain generate() with them.
+    model = tiny_models.gpt2(seed=0)
+    ids, mask = tiny_models.prompts(2, seed=4)
+    kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=10)
+    types = torch.zeros_like(ids)
+    assert not torch.equal(model.generate(ids, token_type_ids=types, **kwargs), model.generate(ids, **kwargs))
+    message = _raises(errors.UnsupportedGenerationError, model, tiny_models.perturbed(model, scale=0.1), inputs=ids,
+                      attention_mask=mask, token_type_ids=types)
+    assert "token_type_ids" in message
+
+
 def test_empty_prompt_is_refused(target):
     message = _raises(errors.InvalidInputError, target, target, inputs=torch.zeros(1, 0, dtype=torch.long))
     assert "empty" in message

@@ -71,7 +71,7 @@ CASES = {
     "right padding": dict(inputs=IDS.flip(1), attention_mask=MASK.flip(1)),
     "empty prompt": dict(inputs=IDS[:, :0], attention_mask=MASK[:, :0]),
     "num_return_sequences greedy": dict(num_return_sequences=2),
-    "unused model kwarg": dict(token_type_ids=torch.zeros_like(IDS)),
+    "token_type_ids": dict(token_type_ids=torch.zeros_like(IDS)),  # GPT-2 reads them; Llama refuses in generate()
 }
 
 SPECS = {
@@ -124,6 +124,18 @@ def _same(ours, plain, prompt_len, pad):
 def test_a_kwarg_gives_plain_generates_output_or_a_typed_error_first(target, drafters, case, spec, sampled):
     # Sampled, the tokens are a draw (the distribution is the target's: test_distribution.py); what is checked is
     # that every kwarg runs to an output, or is refused before the first forward, as greedy.
+    _check(target, drafters, case, spec, sampled)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("case", CASES)
+def test_other_architectures_read_the_kwargs_alike(arch, case):
+    # Learned positions (GPT-2, which also reads token_type_ids) and another attention layout (Qwen2): greedy chains.
+    target = tiny_models.BUILDERS[arch](seed=0)
+    _check(target, {"model": tiny_models.perturbed(target, scale=0.1)}, case, "chain", sampled=False)
+
+
+def _check(target, drafters, case, spec, sampled):
     kwargs = _kwargs(target, CASES[case], do_sample=sampled)
     try:
         torch.manual_seed(0)
