@@ -129,12 +129,15 @@ def check_processors(processors, batch_size: int) -> None:
 #: Per-token type ids generate() feeds a model beside input_ids (repeating a row's last one for new tokens).
 TOKEN_TYPE_KWARGS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
 
+#: The model inputs generate() passes on that the loop's forwards feed (or make themselves): any other given is refused.
+_FED = {"attention_mask", "position_ids", CACHE_KWARG, "use_cache", "logits_to_keep"}
+
 
 def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
     """Model inputs generate() passes on that the loop would not read: prompts given as embeddings (the drafter and
     the loop work on token ids; the loop would decode from `input_ids` alone, empty when only embeddings are given),
-    token type ids, an empty prompt, a cache that already holds tokens (prefix caching: the loop starts from an empty
-    one) and position ids other than generate()'s own (the loop derives each row's positions from its attention mask
+    token type ids, any other input (images: `mm_encoder_outputs`), an empty prompt, a cache that already holds tokens
+    (prefix caching: the loop starts from an empty one) and position ids other than generate()'s own (the loop derives each row's positions from its attention mask
     as generate() does by default; a model with learned positions decodes differently from others)."""
     if model_kwargs.get("inputs_embeds") is not None:
         raise UnsupportedGenerationError(
@@ -147,6 +150,14 @@ def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
             f"{given[0]} cannot be combined with `drafter=`: the loop's forwards do not feed them, and a model that "
             "reads them (GPT-2 adds their embedding to every token) would decode otherwise; drop them (a tokenizer "
             "that returns them: return_token_type_ids=False)."
+        )
+    unread = [name for name, value in model_kwargs.items() if name not in _FED and value is not None and not (
+        isinstance(value, dict) and not value)]
+    if unread:  # e.g. images, which generate() encodes into `mm_encoder_outputs` ({} without any)
+        raise UnsupportedGenerationError(
+            f"model inputs {', '.join(sorted(unread))} cannot be combined with `drafter=`: the loop's forwards feed the "
+            "tokens, the attention mask and positions only (no images or other inputs); drop them or decode without "
+            "drafter=."
         )
     if input_ids.shape[1] == 0:
         raise InvalidInputError("the prompt is empty; give every row at least one token (e.g. the BOS token).")

@@ -336,3 +336,24 @@ def test_a_cache_holding_part_of_the_prompt_is_refused_for_what_it_is(target):
         target(ids[:, :5], past_key_values=cache, use_cache=True)
     message = _raises(errors.UnsupportedModelError, target, target, inputs=ids, past_key_values=cache)
     assert "empty cache" in message
+
+
+def test_images_are_refused_not_dropped():
+    # generate() encodes pixel_values into `mm_encoder_outputs` ({} without images) for the model's prefill; the loop's
+    # forwards fed tokens only, so an image-text model decoded as if the image were not there.
+    import arch_zoo
+
+    config = arch_zoo.config("gemma3")
+    vocab = config.text_config.vocab_size
+    config.mm_tokens_per_image, config.image_token_id = 4, vocab - 1  # a 2x2 pooled image in the tiny vocabulary
+    torch.manual_seed(0)
+    model = arch_zoo.model_class("gemma3")(config).eval()
+    ids = torch.tensor([[2] + [vocab - 1] * 4 + [5, 9, 14, 3]])
+    pixels = torch.randn(1, 3, config.vision_config.image_size, config.vision_config.image_size)
+    kwargs = dict(max_new_tokens=4, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    seen, unseen = model.generate(ids, pixel_values=pixels, **kwargs), model.generate(ids, **kwargs)
+    assert not torch.allclose(seen.logits[0], unseen.logits[0])  # plain generate() reads the image
+    message = _raises(errors.UnsupportedGenerationError, model, model, inputs=ids, pixel_values=pixels)
+    assert "mm_encoder_outputs" in message
+    ours = model.generate(ids, drafter=model, gamma=2, **kwargs)  # without an image it decodes as plain
+    assert torch.equal(ours.sequences, unseen.sequences)
