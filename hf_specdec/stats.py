@@ -7,9 +7,14 @@ derived from the counters, never stored twice.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import torch
+
+
+#: Serializes `SpeculativeStats.merge` across threads (one lock for all: a merge is a few small concatenations a call).
+_MERGE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -78,25 +83,29 @@ class SpeculativeStats:
         self.drafted_histogram[:, 0] += steps
 
     def merge(self, other: "SpeculativeStats") -> None:
-        """Appends the rows of another call (e.g. the next pipeline batch) and adds its forward counts."""
-        width = max(self.accepted_histogram.shape[1], other.accepted_histogram.shape[1],
-                    self.drafted_histogram.shape[1], other.drafted_histogram.shape[1])
+        """Appends the rows of another call (e.g. the next pipeline batch) and adds its forward counts. Calls that share
+        one stats object from several threads (a pipeline built with `stats=` in a web app) merge one at a time, and
+        the counters change together, so a reader sees them before or after a merge, never half of one."""
+        with _MERGE_LOCK:
+            width = max(self.accepted_histogram.shape[1], other.accepted_histogram.shape[1],
+                        self.drafted_histogram.shape[1], other.drafted_histogram.shape[1])
 
-        def widen(hist: torch.Tensor) -> torch.Tensor:
-            return torch.nn.functional.pad(hist, (0, width - hist.shape[1]))
+            def widen(hist: torch.Tensor) -> torch.Tensor:
+                return torch.nn.functional.pad(hist, (0, width - hist.shape[1]))
 
-        self.drafted = torch.cat([self.drafted, other.drafted])
-        self.accepted = torch.cat([self.accepted, other.accepted])
-        self.emitted = torch.cat([self.emitted, other.emitted])
-        self.steps = torch.cat([self.steps, other.steps])
-        self.accepted_histogram = torch.cat([widen(self.accepted_histogram), widen(other.accepted_histogram)])
-        self.drafted_histogram = torch.cat([widen(self.drafted_histogram), widen(other.drafted_histogram)])
-        self.target_forwards += other.target_forwards
-        self.drafter_forwards += other.drafter_forwards
-        own, theirs = self._tree_sizes(len(self.drafted) - len(other.drafted)), other._tree_sizes()  # rows before the merge
-        sizes = max(own.shape[1], theirs.shape[1])
-        pad = lambda hist: torch.nn.functional.pad(hist, (0, sizes - hist.shape[1]))  # noqa: E731
-        self.tree_size_histogram = torch.cat([pad(own), pad(theirs)])
+            own, theirs = self._tree_sizes(), other._tree_sizes()
+            sizes = max(own.shape[1], theirs.shape[1])
+            pad = lambda hist: torch.nn.functional.pad(hist, (0, sizes - hist.shape[1]))  # noqa: E731
+            merged = {name: torch.cat([getattr(self, name), getattr(other, name)])
+                      for name in ("drafted", "accepted", "emitted", "steps")}
+            merged.update(
+                accepted_histogram=torch.cat([widen(self.accepted_histogram), widen(other.accepted_histogram)]),
+                drafted_histogram=torch.cat([widen(self.drafted_histogram), widen(other.drafted_histogram)]),
+                tree_size_histogram=torch.cat([pad(own), pad(theirs)]),
+                target_forwards=self.target_forwards + other.target_forwards,
+                drafter_forwards=self.drafter_forwards + other.drafter_forwards,
+            )
+            self.__dict__.update(merged)  # one step under the GIL: every counter at once
 
     def record_tree(self, active: torch.Tensor, num_nodes: torch.Tensor, max_nodes: int) -> None:
         """A tree step: row b (if `active[b]`) drafted a tree of `num_nodes[b]` nodes ([batch] long, the root
