@@ -10,6 +10,7 @@ is shared by every call of the pipeline, which drafters allow (their per-call st
 from __future__ import annotations
 
 import os
+import threading
 
 from transformers import TextGenerationPipeline
 
@@ -18,14 +19,18 @@ from hf_specdec.loading import load_drafter, load_tokenizer
 _original_sanitize_parameters = None
 
 
+_LOAD_LOCK = threading.Lock()
+
+
 def _load_path_drafter(pipe: TextGenerationPipeline, path: str | os.PathLike):
     """(drafter, tokenizer or None) of a drafter directory (`load_drafter`: a causal LM or a feature head,
     on the target's device); cached on the pipeline, so calling it in a loop loads the checkpoint once."""
-    cache = pipe.__dict__.setdefault("_hf_specdec_drafters", {})
     key = os.fspath(path)
-    if key not in cache:
-        cache[key] = (load_drafter(key, device=pipe.model.device), load_tokenizer(key))
-    return cache[key]
+    with _LOAD_LOCK:  # a pipeline shared by threads: their first calls load it once, not once each
+        cache = pipe.__dict__.setdefault("_hf_specdec_drafters", {})
+        if key not in cache:
+            cache[key] = (load_drafter(key, device=pipe.model.device), load_tokenizer(key))
+        return cache[key]
 
 
 def _sanitize_parameters(self: TextGenerationPipeline, **kwargs):
