@@ -137,8 +137,9 @@ def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
     """Model inputs generate() passes on that the loop would not read: prompts given as embeddings (the drafter and
     the loop work on token ids; the loop would decode from `input_ids` alone, empty when only embeddings are given),
     token type ids, any other input (images: `mm_encoder_outputs`), an empty prompt, a cache that already holds tokens
-    (prefix caching: the loop starts from an empty one) and position ids other than generate()'s own (the loop derives each row's positions from its attention mask
-    as generate() does by default; a model with learned positions decodes differently from others)."""
+    (prefix caching: the loop starts from an empty one) and position ids other than generate()'s own (the loop derives
+    each row's positions from its attention mask as generate() does by default; a model with learned positions decodes
+    differently from others). Runs after `check_target`, which refuses models whose caches have no sequence length."""
     if model_kwargs.get("inputs_embeds") is not None:
         raise UnsupportedGenerationError(
             "inputs_embeds cannot be combined with `drafter=`: the drafter and the loop read the prompt's token ids; "
@@ -155,9 +156,9 @@ def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
         isinstance(value, dict) and not value)]
     if unread:  # e.g. images, which generate() encodes into `mm_encoder_outputs` ({} without any)
         raise UnsupportedGenerationError(
-            f"model inputs {', '.join(sorted(unread))} cannot be combined with `drafter=`: the loop's forwards feed the "
-            "tokens, the attention mask and positions only (no images or other inputs); drop them or decode without "
-            "drafter=."
+            f"model inputs {', '.join(sorted(unread))} cannot be combined with `drafter=`: the loop's forwards feed "
+            "the tokens, the attention mask and positions only (no images or other inputs); drop them or decode "
+            "without drafter=."
         )
     if input_ids.shape[1] == 0:
         raise InvalidInputError("the prompt is empty; give every row at least one token (e.g. the BOS token).")
@@ -165,7 +166,7 @@ def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
     if cache is not None and cache.get_seq_length() > 0:  # (here, before the default's calibration runs the target)
         raise UnsupportedModelError("hf_specdec starts from an empty cache; pass none to generate().")
     position_ids = model_kwargs.get("position_ids")
-    if position_ids is not None and not _default_position_ids(position_ids, model_kwargs, input_ids):
+    if position_ids is not None and not _generates_own_positions(position_ids, model_kwargs, input_ids):
         raise UnsupportedGenerationError(
             "position_ids other than the ones generate() counts from each row's attention mask (given by the caller, "
             "or made by the model's own input preparation, e.g. multimodal rotary positions) cannot be combined with "
@@ -173,9 +174,9 @@ def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
         )
 
 
-def _default_position_ids(position_ids: torch.Tensor, model_kwargs: dict, input_ids: torch.Tensor) -> bool:
-    """Whether `position_ids` are the ones generate() makes when none are given (`_prepare_position_ids_for_generation`):
-    counted from the attention mask, or, where generate() dropped an all-ones mask (or had none), 0, 1, 2, ... over
+def _generates_own_positions(position_ids: torch.Tensor, model_kwargs: dict, input_ids: torch.Tensor) -> bool:
+    """Whether `position_ids` are the ones generate() makes when none are given
+    (`_prepare_position_ids_for_generation`): counted from the attention mask, or, where generate() dropped an all-ones mask (or had none), 0, 1, 2, ... over
     the prompt (or over a given cache's tokens and the prompt)."""
     mask = model_kwargs.get("attention_mask")
     if mask is not None:

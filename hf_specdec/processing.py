@@ -108,8 +108,9 @@ ROW_SELECTABLE = CONTEXT_FREE + MIN_LENGTH + tuple(
     getattr(logits_process, name)
     for name in ("RepetitionPenaltyLogitsProcessor", "EncoderRepetitionPenaltyLogitsProcessor",
                  "NoRepeatNGramLogitsProcessor", "NoBadWordsLogitsProcessor", "SequenceBiasLogitsProcessor",
-                 "SuppressTokensLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor", "ForcedBOSTokenLogitsProcessor",
-                 "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor", "LogitNormalization")
+                 "SuppressTokensLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor",
+                 "ForcedBOSTokenLogitsProcessor", "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor",
+                 "LogitNormalization")
     if hasattr(logits_process, name)
 )
 
