@@ -82,6 +82,15 @@ class AttentionLayout:
         return all(window is not None for window in self.windows.values())
 
 
+def check_starts_empty(model: PreTrainedModel, cache) -> None:
+    """Refuses a cache given to generate() that already holds tokens (prefix caching: plain generate() feeds only the
+    uncached ones, the loop starts from an empty cache), before any forward. `attention_layout` first: it refuses the
+    layers whose caches (5.24+) have no sequence length."""
+    attention_layout(model)
+    if cache is not None and cache.get_seq_length() > 0:
+        raise UnsupportedModelError("hf_specdec starts from an empty cache; pass none to generate().")
+
+
 def attention_layout(model: PreTrainedModel) -> AttentionLayout:
     """The model's AttentionLayout; raises UnsupportedModelError for layers the loop cannot run exactly
     (recurrent / linear-attention state, which cannot be rolled back per row)."""
@@ -167,9 +176,7 @@ class CachedModel:
         self._cache_kwarg = cache_argument(model)
         if self._cache_kwarg is None:
             raise UnsupportedModelError(f"{type(model).__name__}'s forward takes no cache, so its drafts cannot be rolled back.")
-        self.layout = attention_layout(model)  # first: recurrent layers' caches (5.24+) have no sequence length
-        if cache is not None and cache.get_seq_length() > 0:
-            raise UnsupportedModelError("hf_specdec starts from an empty cache; pass none to generate().")
+        self.layout = attention_layout(model)
         if self.layout.windowed and model.config._attn_implementation not in ("eager", "sdpa"):
             raise UnsupportedModelError(
                 f"{type(model).__name__} has sliding-window or chunked layers, which hf_specdec masks with 4D masks; "

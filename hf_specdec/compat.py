@@ -126,47 +126,43 @@ def check_processors(processors, batch_size: int) -> None:
             )
 
 
-#: Per-token type ids generate() feeds a model beside input_ids (repeating a row's last one for new tokens).
-TOKEN_TYPE_KWARGS = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
-
 #: The model inputs generate() passes on that the loop's forwards feed (or make themselves): any other given is refused.
 _FED = {"attention_mask", "position_ids", CACHE_KWARG, "use_cache", "logits_to_keep"}
 
+#: Why an input the loop does not feed changes what plain generate() returns, where there is more to say than that.
+_TOKEN_TYPES_WHY = (
+    "generate() feeds them, repeating a row's last one for new tokens, and a model that reads them (GPT-2 adds their "
+    "embedding to every token) decodes otherwise; drop them (a tokenizer that returns them: "
+    "return_token_type_ids=False)"
+)
+_UNFED_WHY = {
+    "inputs_embeds": "the drafter and the loop read the prompt's token ids, and without input_ids generate() hands the "
+                     "loop an empty prompt; pass input_ids instead",
+    "token_type_ids": _TOKEN_TYPES_WHY,
+    "mm_token_type_ids": _TOKEN_TYPES_WHY,
+    "moe_mm_token_type_ids": _TOKEN_TYPES_WHY,
+    "mm_encoder_outputs": "generate() encodes images (pixel_values) into them for the model's prefill; the loop's "
+                          "forwards feed tokens only; decode image prompts without drafter=",
+}
+
 
 def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
-    """Model inputs generate() passes on that the loop would not read: prompts given as embeddings (the drafter and
-    the loop work on token ids; the loop would decode from `input_ids` alone, empty when only embeddings are given),
-    token type ids, any other input (images: `mm_encoder_outputs`), an empty prompt, a cache that already holds tokens
-    (prefix caching: the loop starts from an empty one) and position ids other than generate()'s own (the loop derives
-    each row's positions from its attention mask as generate() does by default; a model with learned positions decodes
-    differently from others). Runs after `check_target`, which refuses models whose caches have no sequence length."""
-    if model_kwargs.get("inputs_embeds") is not None:
-        raise UnsupportedGenerationError(
-            "inputs_embeds cannot be combined with `drafter=`: the drafter and the loop read the prompt's token ids; "
-            "pass input_ids instead."
-        )
-    given = [name for name in TOKEN_TYPE_KWARGS if model_kwargs.get(name) is not None]
-    if given:  # generate() feeds them (the last column repeated for new tokens); the loop's forwards do not
-        raise UnsupportedGenerationError(
-            f"{given[0]} cannot be combined with `drafter=`: the loop's forwards do not feed them, and a model that "
-            "reads them (GPT-2 adds their embedding to every token) would decode otherwise; drop them (a tokenizer "
-            "that returns them: return_token_type_ids=False)."
-        )
-    unread = [name for name, value in model_kwargs.items() if name not in _FED and value is not None and not (
-        isinstance(value, dict) and not value)]
-    if unread:  # e.g. images, which generate() encodes into `mm_encoder_outputs` ({} without any)
-        raise UnsupportedGenerationError(
-            f"model inputs {', '.join(sorted(unread))} cannot be combined with `drafter=`: the loop's forwards feed "
-            "the tokens, the attention mask and positions only (no images or other inputs); drop them or decode "
-            "without drafter=."
-        )
+    """Model inputs generate() passes on that the loop would not read: any besides the tokens, attention mask,
+    positions and cache (prompts as embeddings, token type ids, images: `_UNFED_WHY`), an empty prompt, and position
+    ids other than generate()'s own (the loop derives each row's positions from its attention mask as generate() does
+    by default; a model with learned positions decodes differently from others). Runs after
+    `cache.check_starts_empty`: the cache given holds no tokens."""
+    unread = sorted(name for name, value in model_kwargs.items()
+                    if name not in _FED and value is not None and not (isinstance(value, dict) and not value))
+    if unread:  # (`mm_encoder_outputs` is {} without images)
+        why = next((_UNFED_WHY[name] for name in unread if name in _UNFED_WHY),
+                   "the loop's forwards feed the tokens, the attention mask and positions only; drop them or decode "
+                   "without drafter=")
+        raise UnsupportedGenerationError(f"model inputs {', '.join(unread)} cannot be combined with `drafter=`: {why}.")
     if input_ids.shape[1] == 0:
         raise InvalidInputError("the prompt is empty; give every row at least one token (e.g. the BOS token).")
-    cache = model_kwargs.get(CACHE_KWARG)
-    if cache is not None and cache.get_seq_length() > 0:  # (here, before the default's calibration runs the target)
-        raise UnsupportedModelError("hf_specdec starts from an empty cache; pass none to generate().")
     position_ids = model_kwargs.get("position_ids")
-    if position_ids is not None and not _generates_own_positions(position_ids, model_kwargs, input_ids):
+    if position_ids is not None and not _generates_own_positions(position_ids, model_kwargs.get("attention_mask")):
         raise UnsupportedGenerationError(
             "position_ids other than the ones generate() counts from each row's attention mask (given by the caller, "
             "or made by the model's own input preparation, e.g. multimodal rotary positions) cannot be combined with "
@@ -174,17 +170,13 @@ def check_model_inputs(model_kwargs: dict, input_ids: torch.Tensor) -> None:
         )
 
 
-def _generates_own_positions(position_ids: torch.Tensor, model_kwargs: dict, input_ids: torch.Tensor) -> bool:
-    """Whether `position_ids` are the ones generate() makes when none are given
-    (`_prepare_position_ids_for_generation`): counted from the attention mask, or, where generate() dropped an all-ones mask (or had none), 0, 1, 2, ... over
-    the prompt (or over a given cache's tokens and the prompt)."""
-    mask = model_kwargs.get("attention_mask")
-    if mask is not None:
-        return torch.equal(position_ids, (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0))
-    cache = model_kwargs.get(CACHE_KWARG)
-    length = position_ids.shape[-1]
-    lengths = {input_ids.shape[1], input_ids.shape[1] + (cache.get_seq_length() if cache is not None else 0)}
-    return length in lengths and bool((position_ids == torch.arange(length, device=position_ids.device)).all())
+def _generates_own_positions(position_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> bool:
+    """Whether `position_ids` are the ones generate() makes for an empty cache when none are given
+    (`_prepare_position_ids_for_generation`): counted from the attention mask, or 0, 1, 2, ... over the prompt where
+    generate() dropped an all-ones mask (or had none)."""
+    if attention_mask is not None:
+        return torch.equal(position_ids, (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0))
+    return bool((position_ids == torch.arange(position_ids.shape[-1], device=position_ids.device)).all())
 
 
 def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.Tensor) -> torch.Tensor:

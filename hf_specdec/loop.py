@@ -14,7 +14,7 @@ from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel,
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_specdec import calibration, compat
-from hf_specdec.cache import CachedModel
+from hf_specdec.cache import CachedModel, check_starts_empty
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter
 from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, TreeDraftPolicy
 from hf_specdec.tree_schedule import TreeSchedule
@@ -76,7 +76,8 @@ def speculative_decode(
     compat.check_generation_config(generation_config, synced_gpus, input_ids.shape[0], streamer)
     compat.check_processors(logits_processor, input_ids.shape[0])
     compat.check_target(model, input_ids.shape[0])
-    compat.check_model_inputs(model_kwargs, input_ids)  # after check_target: it reads the cache's length
+    check_starts_empty(model, model_kwargs.get(compat.CACHE_KWARG))  # before the default's calibration runs the target
+    compat.check_model_inputs(model_kwargs, input_ids)
     vocab_size = drafter.check_compatible(model, generation_config, tokenizer, drafter_tokenizer)
     policy = compat.check_gamma(gamma)
     max_gamma = policy.max_gamma
