@@ -82,34 +82,6 @@ def test_drafter_as_path_is_loaded_once(pipe, partial_drafter, tmp_path, monkeyp
     assert len(loads) == 1
 
 
-def test_threads_first_calls_load_a_path_drafter_once(target, partial_drafter, tmp_path, monkeypatch):
-    # A pipeline shared by a web app's threads: their first calls come together, and each used to load the checkpoint.
-    import threading
-    import time
-
-    partial_drafter.save_pretrained(tmp_path / "drafter")
-    tiny_models.tokenizer().save_pretrained(tmp_path / "drafter")
-    fresh = pipeline("text-generation", model=target, tokenizer=_tiny.chat_tokenizer())
-    loads = []
-    real_load = hf_specdec.pipelines.load_drafter
-
-    def slow_load(*args, **kwargs):  # a real checkpoint takes a while: the threads overlap inside it
-        loads.append(args)
-        time.sleep(0.2)
-        return real_load(*args, **kwargs)
-
-    monkeypatch.setattr(hf_specdec.pipelines, "load_drafter", slow_load)
-    outputs = {}
-    threads = [threading.Thread(target=lambda k=k: outputs.__setitem__(
-        k, _ids(fresh(PROMPTS[k], drafter=str(tmp_path / "drafter"), **GREEDY)))) for k in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(loads) == 1
-    assert [outputs[k] for k in range(2)] == [_ids(fresh(PROMPTS[k], **GREEDY)) for k in range(2)]
-
-
 def test_pipeline_tokenizer_reaches_compatibility_check(pipe, partial_drafter, tmp_path):
     # A drafter tokenizer whose ids mean other words: only detectable if the pipeline's own tokenizer
     # reaches generate() as `tokenizer=`.

@@ -77,13 +77,13 @@ def test_a_pipeline_built_with_a_drafter_serves_concurrent_calls(target, partial
 
 def test_one_stats_object_shared_by_threads_keeps_every_row():
     # `stats=` is meant to accumulate across calls, so a pipeline built with it and shared by threads merges into one
-    # object concurrently: 3 threads x 2000 merges of 1-3 rows each. Without the merge lock the counters lost rows and
-    # disagreed in length (e.g. 17,317 `drafted` rows against 14,004 histogram rows out of 12,000 expected here).
+    # object concurrently: 2 threads x 3000 merges of 1-3 rows each. Without the merge lock the counters lost rows and
+    # disagreed in length (3 threads x 3000: 17,317 `drafted` rows against 14,004 histogram rows of 18,000).
     shared = hf_specdec.SpeculativeStats()
     rows_of = lambda i, k: 1 + (i + k) % 3  # noqa: E731
 
     def merges(k):
-        for i in range(2000):
+        for i in range(3000):
             rows = rows_of(i, k)
             one = hf_specdec.SpeculativeStats.empty(rows, 4)
             ones = torch.ones(rows, dtype=torch.long)
@@ -91,15 +91,37 @@ def test_one_stats_object_shared_by_threads_keeps_every_row():
             one.target_forwards = 1
             shared.merge(one)
 
-    threads = [threading.Thread(target=merges, args=(k,)) for k in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    expected = sum(rows_of(i, k) for k in range(3) for i in range(2000))
+    _run_concurrently(merges, [[k] for k in range(NUM_THREADS)])
+    expected = sum(rows_of(i, k) for k in range(NUM_THREADS) for i in range(3000))
     for name in ("drafted", "accepted", "emitted", "steps", "accepted_histogram", "drafted_histogram",
                  "tree_size_histogram"):
         assert len(getattr(shared, name)) == expected, name
-    assert shared.target_forwards == 6000
+    assert shared.target_forwards == 3000 * NUM_THREADS
     assert int(shared.accepted_histogram.sum()) == int(shared.steps.sum()) == expected
     assert int(shared.emitted.sum()) == 2 * expected
+
+
+def test_threads_first_calls_load_a_path_drafter_once(target, partial_drafter, tmp_path, monkeypatch):
+    # A pipeline shared by a web app's threads: their first calls come together, and each used to load the checkpoint.
+    import time
+
+    partial_drafter.save_pretrained(tmp_path / "drafter")
+    tokenizer = tiny_models.tokenizer()
+    tokenizer.save_pretrained(tmp_path / "drafter")
+    pipe = pipeline("text-generation", model=target, tokenizer=tokenizer)
+    loads = []
+    real_load = hf_specdec.pipelines.load_drafter
+
+    def slow_load(*args, **kwargs):  # a real checkpoint takes a while: the threads overlap inside it
+        loads.append(args)
+        time.sleep(0.2)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(hf_specdec.pipelines, "load_drafter", slow_load)
+    prompts = ["w5 w6 w7", "w10 w11 w12 w13"]
+    greedy = dict(max_new_tokens=12, do_sample=False, return_tensors=True)
+    results = _run_concurrently(lambda k: pipe(prompts[k], drafter=str(tmp_path / "drafter"), **greedy),
+                                [[k] for k in range(NUM_THREADS)])
+    assert len(loads) == 1
+    for k in range(NUM_THREADS):
+        assert results[k][0]["generated_token_ids"] == pipe(prompts[k], **greedy)[0]["generated_token_ids"]
