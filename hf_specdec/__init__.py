@@ -4,7 +4,7 @@
     out = target.generate(**inputs, drafter=small_model, gamma=4, max_new_tokens=128)
 """
 
-from hf_specdec.calibration import reset_calibration
+from hf_specdec.costs import reset_costs
 from hf_specdec.cpu import pack_linears, unpack_linears
 from hf_specdec.dispatch import install, is_installed, uninstall
 from hf_specdec.drafters import Drafter, FeatureDrafter, ModelDrafter, PromptLookupDrafter
@@ -32,6 +32,14 @@ from hf_specdec.loading import load_drafter
 from hf_specdec.loop import SpeculativeDecoderOnlyOutput
 from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy, TreeDraftPolicy
 from hf_specdec.stats import SpeculativeStats
+
+
+def reset_calibration() -> None:
+    """Deprecated: the default no longer calibrates; `reset_costs()` forgets the step costs it measured."""
+    import warnings
+
+    warnings.warn("hf_specdec.reset_calibration() is now hf_specdec.reset_costs().", FutureWarning, stacklevel=2)
+    reset_costs()
 
 
 def speculative_generate(target, drafter, input_ids=None, gamma: int | str | DraftPolicy | None = None, **generate_kwargs):
@@ -80,6 +88,7 @@ __all__ = [
     "load_drafter",
     "pack_linears",
     "reset_calibration",
+    "reset_costs",
     "speculative_generate",
     "uninstall",
     "unpack_linears",

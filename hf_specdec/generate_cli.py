@@ -60,7 +60,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, help="sampling temperature (with --sample)")
     parser.add_argument("--top-k", type=int, help="sample among the k most likely tokens (with --sample)")
     parser.add_argument("--top-p", type=float, help="nucleus sampling probability mass (with --sample)")
-    parser.add_argument("--seed", type=int, help="seed of the sampling generator, for reproducible --sample runs")
+    parser.add_argument("--seed", type=int, help="seed of the sampling generator: --sample runs repeat token for "
+                        "token with a fixed --gamma (without it the draft lengths follow measured step times)")
     parser.add_argument(
         "--chat", action="store_true", help="wrap each prompt as a user message in the tokenizer's chat template"
     )

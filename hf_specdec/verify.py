@@ -290,3 +290,32 @@ def verify_tree_stochastic(
     total = residual.sum(dim=-1, keepdim=True)
     final = torch.where(total > 0, residual / total.clamp_min(torch.finfo(total.dtype).tiny), target_probs[rows, at])
     return _tree_verdict(node_tokens, path, num_accepted, draw(final, generator))
+
+
+def agreement(
+    target_logits: torch.Tensor,  # [batch, positions, vocab] the target's raw logits at the prompt's last positions
+    draft_tokens: torch.Tensor,  # [batch, positions] long, the drafter's guess at each (-1: none)
+    draft_logits: torch.Tensor | None,  # [batch, positions, vocab] its raw logits there, or None (deterministic)
+    pad_lens: torch.Tensor,  # [batch]
+    lens: torch.Tensor,  # [batch] the positions score the tokens at lens - positions .. lens - 1
+    do_sample: bool,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """[batch] float64: how often a draft at these positions would be accepted, each row's mean over the positions
+    where its prompt has a real token before and the drafter guessed (NaN where none): greedy, whether the guess is the
+    target's argmax; sampling, the probability that verification accepts it, sum(min(p, q)) over the vocabulary (p(x)
+    for a deterministic guess x), both from the raw logits at `temperature`."""
+    positions = target_logits.shape[1]
+    index = lens[:, None] - positions - 1 + torch.arange(positions, device=lens.device)  # [batch, positions]
+    valid = (index >= pad_lens[:, None]) & (draft_tokens >= 0)
+    if not do_sample:
+        accepted = (target_logits.argmax(dim=-1) == draft_tokens).double()
+    else:
+        target_probs = (target_logits.double() / temperature).softmax(dim=-1)
+        if draft_logits is None:
+            accepted = target_probs.gather(2, draft_tokens.clamp_min(0)[:, :, None]).squeeze(2)
+        else:
+            draft_probs = (draft_logits.double() / temperature).softmax(dim=-1)
+            accepted = torch.minimum(target_probs, draft_probs).sum(dim=-1)
+    counts = valid.sum(dim=1)
+    return torch.where(counts > 0, (accepted * valid).sum(dim=1) / counts.clamp_min(1), float("nan"))

@@ -16,7 +16,7 @@ def fresh_logits(model, tokens: list[int]) -> torch.Tensor:
 @pytest.mark.parametrize("position_masks", [False, True])
 def test_rollback_then_next_logits_equal_a_fresh_forward(target, position_masks):
     # With a 2D mask (transformers builds the 4D one) and with 4D masks built in positions (a speed choice in
-    # half precision, calibration.prefers_position_masks): the same logits, holes and padding included.
+    # half precision on a CPU, cache.prefers_position_masks): the same logits, holes and padding included.
     gen = torch.Generator().manual_seed(0)
     rows = [torch.randint(3, 96, (n,), generator=gen).tolist() for n in (9, 5, 7)]
     width = 40

@@ -130,9 +130,10 @@ def test_stream_prints_the_same_completions(checkpoints, capsys):
 
 
 def test_seeded_sampling_is_reproducible(checkpoints, capsys):
+    # With a fixed --gamma: the default's draft lengths follow the step costs it measures (docs/policies.md).
     runs = []
     for _ in range(2):
-        assert main(_args(checkpoints, "--sample", "--seed", "7", "--temperature", "1.5", "--top-k", "20",
+        assert main(_args(checkpoints, "--sample", "--seed", "7", "--gamma", "3", "--temperature", "1.5", "--top-k", "20",
                           "--max-new-tokens", "16", PROMPTS[0])) == 0
         runs.append(capsys.readouterr().out)
     assert runs[0] == runs[1] and runs[0].strip()

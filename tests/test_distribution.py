@@ -13,7 +13,7 @@ import torch
 
 import hf_specdec  # noqa: F401  (installs the drafter= keyword)
 import tiny_models
-from hf_specdec import loop, verify
+from hf_specdec import steps, verify
 from joint_util import sample_continuations
 from stats_util import fits
 
@@ -105,5 +105,5 @@ def _p_as_residual(drafts, draft_probs, target_probs, generator, num_drafted):
 def test_negative_controls_fail(pair, monkeypatch, wrong):
     target, drafter = pair
     kwargs = SETTINGS["top_k"]
-    monkeypatch.setattr(loop, "verify_stochastic", wrong)
+    monkeypatch.setattr(steps, "verify_stochastic", wrong)
     assert not fits(speculative_counts(target, drafter, kwargs), exact_joint(target, kwargs))

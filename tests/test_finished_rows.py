@@ -1,7 +1,7 @@
 """Rows that are done leave the batch (the loop stops feeding them to the target) at a step that drafts nothing, once
 the drafter is gone or the default lets it go then, where a forward over fewer rows is cheaper: the output, scores and
 stats stay those of plain generate() for every row. The forward costs by row count are pinned by hand here
-(`calibration.plain_forward_ms`), so which rows leave never depends on a clock."""
+(`loop._plain_ms`), so which rows leave never depends on a clock."""
 
 import dataclasses
 import functools
@@ -12,20 +12,19 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 import hf_specdec
 import tiny_models
-from hf_specdec import calibration, loop
-from hf_specdec.calibration import StepCosts
-from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, DraftSchedule
+from hf_specdec import costs, loop
+from hf_specdec.costs import StepCosts
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, Schedule
 
-REAL_PLAIN_FORWARD_MS = calibration.plain_forward_ms
-# A drafter that can never pay: the default lets it go before the first step (no probe can come in these calls).
-NEVER = CostAwareDraftPolicy(costs=StepCosts(draft_ms=1e6, target_ms={1: 1.0, 2: 2.0}))
+# A drafter that can never pay: the default drafts nothing, and lets it go when half the rows are done.
+NEVER = CostAwareDraftPolicy(costs=StepCosts(verify_ms={1: 1.0, 2: 2.0}, draft_ms=1e6), exploration=0.0)
 
 
 @pytest.fixture(autouse=True)
 def linear_costs(monkeypatch):
     """A forward costs 10 + 10 per row (ms); tests replace the table to make other shapes."""
     table = {rows: 10.0 + 10.0 * rows for rows in range(1, 9)}
-    monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False: table[rows])
+    monkeypatch.setattr(loop, "_plain_ms", lambda step_costs, model, drafter, device, rows, do_sample: table[rows])
     return table
 
 
@@ -155,24 +154,18 @@ def test_sampled_calls_drop_rows_and_stay_reproducible(target, unrelated_drafter
             assert (row[hits[0] + 1:] == tiny_models.PAD).all()
 
 
-def test_rows_to_keep_follows_the_measured_costs(monkeypatch):
+def test_rows_to_keep_follows_the_measured_costs():
     active = torch.tensor([False, True, False, False, True, False, True, False])  # 3 of 8 rows left
     for table, expected in (
         ({8: 100.0, 3: 50.0, 4: 60.0}, [1, 4, 6]),  # cheaper with fewer rows: the 3 left
         ({8: 108.0, 3: 115.0, 4: 87.0}, [0, 1, 4, 6]),  # fp32 on Zen 4: 3 rows cost more than 4, so one done row stays
         ({8: 100.0, 3: 95.0, 4: 99.0}, None),  # under 10 % cheaper: not worth dropping
+        ({8: 100.0, 3: 50.0, 4: None}, [0, 1, 4, 6]),  # 4 rows never measured: tried (then measured for the next call)
     ):
-        monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False, t=table: t[rows])
-        keep = loop._rows_to_keep(None, torch.device("cpu"), False, active, 3)
+        keep = loop._rows_to_keep(active, 3, table.get)
         assert (None if keep is None else keep.tolist()) == expected, table
-    # A lower bar (drafts expected to give 2.5x: 0.4) keeps every row where 3 rows cost half the batch's forward.
-    half = {8: 100.0, 3: 50.0, 4: 60.0}
-    monkeypatch.setattr(calibration, "plain_forward_ms", lambda model, rows, device, masks=False: half[rows])
-    assert loop._rows_to_keep(None, torch.device("cpu"), False, active, 3, 0.4) is None
-    assert loop._rows_to_keep(None, torch.device("cpu"), False, active, 3, 0.55).tolist() == [1, 4, 6]
-    # More than half the rows left: nothing is measured or dropped.
-    monkeypatch.setattr(calibration, "plain_forward_ms", lambda *args, **kwargs: pytest.fail("measured"))
-    assert loop._rows_to_keep(None, torch.device("cpu"), False, torch.tensor([True, True, False]), 2) is None
+    # More than half the rows left: nothing is priced or dropped.
+    assert loop._rows_to_keep(torch.tensor([True, True, False]), 2, lambda rows: pytest.fail("priced")) is None
 
 
 def test_where_fewer_rows_are_not_cheaper_every_row_stays(target, unrelated_drafter, batch6, monkeypatch, linear_costs):
@@ -183,21 +176,17 @@ def test_where_fewer_rows_are_not_cheaper_every_row_stays(target, unrelated_draf
     assert set(sizes) == {6} and torch.equal(out, target.generate(input_ids, attention_mask=mask, **kwargs))
 
 
-def test_plain_forward_costs_are_measured_once_per_setting(target, monkeypatch):
-    calls = []
-    scratch = calibration._scratch_verify
-    monkeypatch.setattr(calibration, "_scratch_verify",
-                        lambda *args, **kwargs: calls.append(args[1]) or scratch(*args, **kwargs))
-    monkeypatch.setattr(calibration, "plain_forward_ms", REAL_PLAIN_FORWARD_MS)  # measured here, not pinned
-    calibration.reset_calibration()
-    first = [calibration.plain_forward_ms(target, rows, torch.device("cpu")) for rows in (2, 4, 2, 4)]
-    assert calls == [2, 4] and first[0] == first[2] and first[1] == first[3] and all(ms > 0 for ms in first)
+def test_step_costs_are_kept_once_per_setting(target, partial_drafter):
+    costs.reset_costs()
+    drafter = hf_specdec.ModelDrafter(partial_drafter)
+    first = costs.costs_for(target, drafter, torch.device("cpu"), 2, False)
+    assert costs.costs_for(target, hf_specdec.ModelDrafter(partial_drafter), torch.device("cpu"), 2, False) is first
+    assert costs.costs_for(target, drafter, torch.device("cpu"), 4, False) is not first
+    assert costs.costs_for(target, drafter, torch.device("cpu"), 2, True) is not first
 
 
-
-class ScriptedSchedule(DraftSchedule):
-    """Draft lengths by step from a script (0: a plain step), for every row; while it drafts it expects the policy's
-    `speedup` (None: a caller's policy, followed to the end)."""
+class ScriptedSchedule(Schedule):
+    """Draft lengths by step from a script (0: a plain step), for every row; `pays` is what it says of drafting."""
 
     def __init__(self, policy, batch_size, device):
         super().__init__(policy, batch_size, device)
@@ -208,20 +197,20 @@ class ScriptedSchedule(DraftSchedule):
         script = self.policy.script
         return torch.full_like(self.lengths, script[step] if step < len(script) else 0)
 
-    def update(self, active, num_drafted, num_accepted):
+    def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None):
         self.step += 1
         self.lengths = self._at(self.step)
 
-    def speedup_to_beat(self, active):
-        return self.policy.speedup if self.policy.speedup is None or self.lengths.any() else 1.0
+    def drafting_pays(self, active):
+        return self.policy.pays
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ScriptedPolicy(DraftPolicy):
     script: tuple = ()
-    speedup: float | None = None
+    pays: bool = True
 
-    def start(self, target, drafter, batch_size, device, *args, **kwargs):
+    def start(self, batch_size, device, **call):
         return ScriptedSchedule(self, batch_size, device)
 
 
@@ -230,68 +219,41 @@ class ScriptedPolicy(DraftPolicy):
 PROBE_LATER = (1, 1, 0, 0, 0, 0, 1)
 
 
-def _scripted(target, drafter, monkeypatch, batch6, script, speedup):
+def _scripted(target, drafter, monkeypatch, batch6, script, pays):
     input_ids, mask, eos = batch6
     kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=False)
-    policy = ScriptedPolicy(max_gamma=1, script=script, speedup=speedup)
+    policy = ScriptedPolicy(max_gamma=1, script=script, pays=pays)
     out, stats, sizes = _run(target, drafter, monkeypatch, input_ids, mask, policy=policy, **kwargs)
     assert torch.equal(out, target.generate(input_ids, attention_mask=mask, **kwargs))
     return stats, sizes
 
 
-def test_the_default_lets_its_drafter_go_for_rows_to_leave_at_a_plain_step(
+def test_the_drafter_goes_with_rows_that_leave_where_drafting_no_longer_pays(
     target, partial_drafter, batch6, monkeypatch
 ):
-    stats, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER, speedup=1.5)
+    stats, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER, pays=False)
     assert sizes[0] == 6 and min(sizes) <= 3, sizes
     # The drafter went with the rows: the probe at step 6 never drafted; as many drafts as a script without it.
-    no_probe, _ = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER[:2], speedup=None)
+    no_probe, _ = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER[:2], pays=True)
     assert int(stats.drafted.sum()) == int(no_probe.drafted.sum()) > 0
 
 
-def test_a_callers_policy_keeps_its_drafter_and_rows(target, partial_drafter, batch6, monkeypatch):
-    stats, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER, speedup=None)
-    no_probe, _ = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER[:2], speedup=None)
+def test_rows_and_drafter_stay_while_drafting_pays(target, partial_drafter, batch6, monkeypatch):
+    stats, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER, pays=True)
+    no_probe, _ = _scripted(target, partial_drafter, monkeypatch, batch6, PROBE_LATER[:2], pays=True)
     assert set(sizes) == {6} and int(stats.drafted.sum()) > int(no_probe.drafted.sum())
-
-
-def test_rows_leave_while_drafting_only_where_that_saves_more_than_the_drafts(
-    target, partial_drafter, batch6, monkeypatch, linear_costs
-):
-    # 1 to 3 rows of 6 cost 40 / 70 = 0.57 of the batch's forward. Drafts expected to give 1.5x (bar 0.67) lose to
-    # that: the rows leave and the drafter goes while it still drafts; drafts giving 2x (bar 0.5) win.
-    linear_costs.update({1: 40.0, 2: 40.0, 3: 40.0})
+    # While it drafts every step and stops paying, the rows leave and the drafter goes with them.
     every_step = (1,) * 24
-    stats, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, every_step, speedup=1.5)
+    gone, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, every_step, pays=False)
     assert sizes[0] == 6 and min(sizes) <= 3, sizes
-    kept, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, every_step, speedup=2.0)
-    assert set(sizes) == {6} and int(kept.drafted.sum()) > int(stats.drafted.sum())
-    # Drafts in the first 4 steps only: from step 2 (3 rows left) the drafts win, but at the first plain step (step 4,
-    # the same 2 rows left as in step 3) the rows leave: the choice is made again every step, not only as rows finish.
-    _, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, (1,) * 4, speedup=2.0)
-    assert sizes[:4] == [6] * 4 and sizes[4] < 6, sizes
-
-
-def test_the_default_prices_its_drafts_from_acceptance_step_costs_and_its_bar():
-    # Prior 0.5, one draft: 1.5 tokens a row in a step of 120 ms against 1 in a plain one of 100 ms: 1.25x, raised by
-    # the bar a draft clears with 3 rows (8 %); a row alone clears 2 %.
-    costs = StepCosts(draft_ms=5.0, target_ms={1: 100.0, 2: 115.0}, loop_ms={0: 100.0, 1: 120.0})
-    schedule = CostAwareDraftPolicy(costs=costs, prior_alpha=0.5).start(None, None, 4, torch.device("cpu"))
-    rows = torch.tensor([True, True, False, True])
-    assert schedule.lengths.tolist() == [1] * 4
-    assert schedule.speedup_to_beat(rows) == pytest.approx(1.5 / 120.0 * 100.0 * 1.08)
-    assert schedule.speedup_to_beat(torch.tensor([False, True, False, False])) == pytest.approx(1.25 * 1.02)
-    # At prior 0.1 it drafts nothing: a plain step's 1.0.
-    schedule = CostAwareDraftPolicy(costs=costs, prior_alpha=0.1).start(None, None, 4, torch.device("cpu"))
-    assert int(schedule.lengths.max()) == 0 and schedule.speedup_to_beat(rows) == 1.0
-    # A caller's policy: None, followed to the end.
-    assert DraftPolicy(max_gamma=2).start(None, None, 4, torch.device("cpu")).speedup_to_beat(rows) is None
+    kept, sizes = _scripted(target, partial_drafter, monkeypatch, batch6, every_step, pays=True)
+    assert set(sizes) == {6} and int(kept.drafted.sum()) > int(gone.drafted.sum())
 
 
 def test_sampled_calls_that_let_a_drafting_drafter_go_stay_reproducible(target, partial_drafter, batch6, monkeypatch):
     input_ids, mask, eos = batch6
     kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=True, temperature=0.7)
-    policy = ScriptedPolicy(max_gamma=2, script=(2,) * 24, speedup=1.1)  # drafts every step; rows leave at 3 left
+    policy = ScriptedPolicy(max_gamma=2, script=(2,) * 24, pays=False)  # drafts every step; rows leave at 3 left
     runs = []
     for _ in range(2):
         torch.manual_seed(7)

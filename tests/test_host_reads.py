@@ -12,12 +12,12 @@ from transformers import LogitsProcessorList, MinNewTokensLengthLogitsProcessor,
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 import tiny_models
-from hf_specdec.calibration import StepCosts
+from hf_specdec.costs import StepCosts
 from hf_specdec.policy import CostAwareDraftPolicy
 from hf_specdec.processing import process_scores
 
-# A drafter that can never pay: the default lets it go before the first step, so every step is a plain one.
-NEVER = CostAwareDraftPolicy(costs=StepCosts(draft_ms=1e6, target_ms={1: 1.0, 2: 2.0}))
+# A drafter that can never pay: the default drafts nothing, so every step is a plain one.
+NEVER = CostAwareDraftPolicy(costs=StepCosts(verify_ms={1: 1.0, 2: 2.0}, draft_ms=1e6), exploration=0.0)
 READS = {"aten._local_scalar_dense.default", "aten.is_nonzero.default", "aten.item.default", "aten.equal.default",
          "aten.nonzero.default", "aten.masked_select.default", "aten._unique2.default", "aten.unique_dim.default",
          "aten.unique_consecutive.default"}

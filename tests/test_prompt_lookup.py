@@ -168,7 +168,7 @@ def test_sampling_follows_the_target_joint_distribution(target, repetitive_promp
 
 
 def test_negative_control_accepting_every_draft_fails(target, repetitive_prompt, monkeypatch):
-    monkeypatch.setattr("hf_specdec.loop.verify_stochastic", _accept_every_draft)
+    monkeypatch.setattr("hf_specdec.steps.verify_stochastic", _accept_every_draft)
     joint = exact_joint(target, repetitive_prompt, 3, TEMPERATURE, TOP_K)
     samples, _ = _sample(target, repetitive_prompt, "prompt_lookup")
     statistic, threshold = joint_chi_square(samples, joint)

@@ -69,7 +69,7 @@ def test_the_target_states_reach_the_drafter_at_their_tokens_buffer_index():
     # buffer indices 10 and 11, node 2's column is no token of the row.
     from hf_specdec.cache import TreeColumns
     from hf_specdec.tree import DraftTree
-    from hf_specdec.tree_loop import _path_features
+    from hf_specdec.steps import _path_features
 
     tree = DraftTree(tokens=torch.tensor([[7, 4, 5, 6]]), parents=torch.tensor([[-1, 0, 0, 1]]), valid=torch.ones(1, 4, dtype=torch.bool))
     columns = TreeColumns(hidden=torch.arange(5.0).view(1, 5, 1), index=torch.tensor([[8, 9, -1, -1, -1]]),

@@ -8,7 +8,7 @@ import torch
 
 import hf_specdec
 import tiny_models
-from hf_specdec import tree_loop
+from hf_specdec import steps
 from hf_specdec.errors import UnsupportedTreeError
 from hf_specdec.policy import TreeDraftPolicy
 from hf_specdec.drafters.base import Draft, StatelessDrafter
@@ -198,7 +198,7 @@ def test_negative_controls_fail(pair, monkeypatch, rule, setting, shape):
     from test_distribution import exact_joint
 
     target, drafter = pair
-    monkeypatch.setattr(tree_loop, "verify_tree_stochastic", _wrong_rule(rule))
+    monkeypatch.setattr(steps, "verify_tree_stochastic", _wrong_rule(rule))
     kwargs = SETTINGS[setting]
     assert not fits(_counts(target, drafter, SHAPES[shape], kwargs), exact_joint(target, kwargs))
 
@@ -206,7 +206,7 @@ def test_negative_controls_fail(pair, monkeypatch, rule, setting, shape):
 @pytest.mark.parametrize("name", ["test_eos_inside_an_accepted_path_and_context_processors",
                                   "test_scores_and_logits_are_the_targets_along_the_accepted_path"])
 def test_negative_control_nodes_processed_without_their_path_fail_the_greedy_tests(target, partial_drafter, monkeypatch, name):
-    monkeypatch.setattr(tree_loop, "node_scores", _committed_context_only)
+    monkeypatch.setattr(steps, "node_scores", _committed_context_only)
     with pytest.raises(AssertionError):
         globals()[name](target, partial_drafter)
 

@@ -53,10 +53,13 @@ def test_a_tree_policy_with_a_chain_only_drafter_is_refused_before_any_forward(t
     assert torch.equal(out, target.generate(input_ids, attention_mask=mask, max_new_tokens=5, do_sample=False))
 
 
-def test_a_tree_policy_never_serves_as_a_chain_schedule(target):
-    # A loop that took it for a chain policy would draft chains of max_depth silently: start() refuses.
-    with pytest.raises(UnsupportedTreeError, match="tree_loop"):
-        TreeDraftPolicy().start(target, None, 1, torch.device("cpu"))
+def test_a_tree_policy_schedules_its_tree_every_step():
+    # The loop drafts a tree whenever the schedule holds one: a tree policy's never lets it go.
+    schedule = TreeDraftPolicy(top_k=2, max_depth=3, max_nodes=5).start(2, torch.device("cpu"))
+    for _ in range(3):
+        assert schedule.tree == TreeDraftPolicy(top_k=2, max_depth=3, max_nodes=5)
+        schedule.update(torch.tensor([True, True]), torch.tensor([3, 3]), torch.tensor([0, 3]))
+    assert schedule.max_width == 6 and schedule.max_depth == 3
 
 
 def test_tree_policy_is_exported():

@@ -42,7 +42,7 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("tokens_per_s", "tokens/s"), ("speedup", "vs plain"), ("speedup_interval", "vs plain, 90 % interval"),
         ("speedup_of_totals", "vs plain, totals"),
         ("speedup_range", "vs plain, one repeat"), ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"),
-        ("costs_ms", "costs ms"), ("break_even", "break-even"), ("prior", "prior"),
+        ("costs_ms", "costs ms"),
     ],
     "feature": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("gamma", "gamma"), ("alpha", "alpha"),
@@ -50,7 +50,6 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("speedup", "vs plain"), ("speedup_interval", "vs plain, 90 % interval"),
         ("speedup_of_totals", "vs plain, totals"), ("speedup_range", "vs plain, one repeat"),
         ("vs_best_fixed", "vs best fixed"), ("exact", "= plain greedy"), ("costs_ms", "costs ms"),
-        ("break_even", "break-even"), ("prior", "prior"),
     ],
     "trees": [
         ("mode", "mode"), ("batch_size", "batch"), ("method", "method"), ("acceptance_rate", "acceptance"),

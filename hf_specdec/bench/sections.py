@@ -19,7 +19,7 @@ from transformers import GenerationConfig
 from hf_specdec.bench.measure import generated_tokens, leviathan_speedup, per_token_alpha
 from hf_specdec.bench.prompts import batches
 from hf_specdec.bench.runner import Bench, BenchConfig
-from hf_specdec.calibration import stored_costs
+from hf_specdec.costs import costs_for
 from hf_specdec.drafters import resolve_drafter
 from hf_specdec.loading import load_drafter
 from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy, TreeDraftPolicy
@@ -134,21 +134,16 @@ def _best_fixed(rows: list[dict[str, Any]], default_row: dict[str, Any]) -> dict
 
 
 def _decided_with(bench: Bench, drafter, batch_size: int, mode: str) -> dict[str, Any]:
-    """The measured costs the default policy decided with in a group's calls (stored by their warm-up call;
-    nothing is timed here), the per-token acceptance at which one draft pays under them, and the prior acceptance
-    its rows started from."""
-    policy, drafter, device = CostAwareDraftPolicy(), resolve_drafter(drafter), bench.target.device
-    costs = stored_costs(bench.target, drafter, batch_size, device, policy.widths(), mode == "sampled")
-    if costs is None:
+    """The step costs the default policy decided with in a group's calls, as the loop measured them (median ms of
+    the plain step and of each chain length it ran; nothing is timed here)."""
+    measured = costs_for(bench.target, resolve_drafter(drafter), bench.target.device, batch_size,
+                         mode == "sampled").measured()
+    steps = {key[2]: ms for key, ms in measured.items() if key[:2] == ("verify", "chain")}
+    drafts = {key[2]: ms for key, ms in measured.items() if key[:2] == ("draft", "chain")}
+    if not steps:
         return {}
-    schedule = CostAwareDraftPolicy(costs=costs).start(bench.target, drafter, batch_size, device)
-    timed = [k for k, _ in costs.loop_ms] or [0, 1]  # loop steps the calibration timed (0, 1 and maybe 2 drafts)
-    return {
-        "costs_ms": f"{costs.draft_ms:.1f}, {costs.verify_ms(1):.1f} / {costs.verify_ms(2):.1f}; "
-                    f"steps {' / '.join(f'{costs.step_ms(k):.1f}' for k in timed)}",
-        "break_even": round(schedule.break_even, 3),
-        "prior": round(schedule.policy.prior_alpha, 3),  # the drafter's declared acceptance, else 0.5
-    }
+    parts = [f"{width - 1}: {ms + drafts.get(width - 1, 0.0):.1f}" for width, ms in sorted(steps.items())]
+    return {"costs_ms": ", ".join(parts)}
 
 
 def default(bench: Bench) -> Result:
@@ -191,21 +186,16 @@ def default(bench: Bench) -> Result:
             "with 8 calls the 2nd, covering 93 %; none below 5 calls): a ratio whose interval holds a goal's bar is "
             "not told apart from the bar by this run. Batch 1 runs every gamma of the sweep; larger batches run batch "
             "1's fastest.",
-            f"default = no gamma= (CostAwareDraftPolicy(), max_gamma {default_policy.max_gamma}); its costs are "
-            "measured during the warm-up call of each setting.",
+            f"default = no gamma= (CostAwareDraftPolicy(), max_gamma {default_policy.max_gamma}); it measures step "
+            "costs as calls run and remembers them per setting (the warm-up call's steps included).",
             "The A/A control is plain generate() timed again as one more method of the group: its ratio to plain is "
             "1 but for noise, so it shows how far the noise of that group moves a ratio. Every other row of the "
             "group compares with the mean of plain's two calls on the same batch in the same repeat (half the "
             "baseline's per-call noise variance).",
             "The unrelated drafter has the drafter's architecture and vocabulary and fresh random weights: it never "
             "agrees, so these rows show what the default costs when speculation cannot pay.",
-            "costs ms = what the default decided with (hf_specdec.calibration, timed during the warm-up call): one "
-            "drafting step, target forwards of 1 / 2 tokens per row, then the whole loop steps with 0 / 1 (/ 2) "
-            "drafts (timed through generate(), what the policy prices with); break-even = the per-token acceptance "
-            f"at which one draft per step pays under them ({default_policy.min_gain:.0%} margin; "
-            f"{default_policy.min_batch_gain:.0%} in batches, {default_policy.draft_gain(8):.1%} at batch 8). Timed on a "
-            "busy machine, they can differ from one run to the next, and the decisions with them. prior = the "
-            "acceptance each row starts from (the drafter's declared hf_specdec_acceptance, else 0.5).",
+            "costs ms = the loop's measured step costs the default decided with, by drafts per step (0: a plain "
+            "step): the median of the latest steps of each length in this setting's calls.",
         ],
     }
 
@@ -216,10 +206,7 @@ def feature(bench: Bench) -> Result:
     batch size's methods timed side by side with plain generate()."""
     if bench.feature_drafter is None:
         return {"skipped": "no feature drafter (pass --feature-drafter DIR)."}
-    from hf_specdec.calibration import measure
-
     drafter = bench.feature_drafter
-    costs = measure(bench.target, drafter, 1, bench.target.device, (1,))
     rows = []
     for mode in bench.config.modes:
         for size in sorted(bench.config.batch_sizes):
@@ -236,18 +223,24 @@ def feature(bench: Bench) -> Result:
             rows += group
     return {
         "rows": rows,
-        "head_step_ms": round(costs.draft_ms, 4),
-        "target_step_ms": round(costs.verify_ms(1), 4),
-        "step_cost_ratio": round(costs.draft_ms / costs.verify_ms(1), 4),
+        **_head_step(bench, drafter),
         "notes": [
             "Timed side by side with plain generate() at each batch size, as in the default section.",
             "alpha = per-token acceptance along the decoded path (accepted / (accepted + rejections)) at that gamma.",
-            "head / target step: one drafting step of the head and one 1-token target forward, batch 1, timed by "
-            "hf_specdec.calibration (the loop's own forwards, fastest of 5).",
-            "costs ms, break-even and prior of the default rows: as in the default section (the head's drafting step, "
-            "target forwards of 1 / 2 tokens per row, whole loop steps with 0 / 1 / 2 drafts).",
+            "head / target step: the head's drafting of one token and the loop's plain step, batch 1, greedy, as the "
+            "loop measured them in this run's calls.",
+            "costs ms of the default rows: as in the default section.",
         ],
     }
+
+
+def _head_step(bench: Bench, drafter) -> dict[str, float]:
+    """The head's drafting step and the plain step at batch 1, greedy, as the loop measured them in this run."""
+    measured = costs_for(bench.target, drafter, bench.target.device, 1, False).measured()
+    head, plain = measured.get(("draft", "chain", 1)), measured.get(("verify", "chain", 1))
+    if head is None or plain is None:
+        return {}
+    return {"head_step_ms": round(head, 4), "target_step_ms": round(plain, 4), "step_cost_ratio": round(head / plain, 4)}
 
 
 def _tree_label(gamma) -> str:
@@ -293,7 +286,7 @@ def trees(bench: Bench) -> Result:
             "Timed side by side with plain generate() at each batch size, as in the default section.",
             "vs best chain = this row's speedup over the fastest chain's of its group; forward gain = its tokens "
             "per target forward over that chain's (the tree gain issue 23 measures, 1.25 or more wanted).",
-            "default = no gamma= (it runs trees where its calibration says they pay); 'default, chains only' = "
+            "default = no gamma= (it runs trees where its measured costs say they pay); 'default, chains only' = "
             "CostAwareDraftPolicy(trees=False).",
         ],
     }

@@ -65,15 +65,24 @@ def write_learning_curve(out_dir: Path, history: list[dict]) -> None:
     pyplot.close(figure)
 
 
-def head_step_ratio(target, head) -> dict:
-    """ms of one head drafting step and of one target decoding step at batch 1 (hf_specdec's own
-    calibration: the loop's forwards on scratch caches), and their ratio."""
-    from hf_specdec.calibration import measure
+def head_step_ratio(target, head, new_tokens: int = 16) -> dict:
+    """ms of one head drafting step (as the loop measured it in a call drafting one token per step) and of one plain
+    generate() step of the target, at batch 1 on a random 64-token prompt, and their ratio."""
+    import time
+
+    from hf_specdec.costs import costs_for
+    from hf_specdec.dispatch import generate_with_drafter
     from hf_specdec.drafters.feature import FeatureDrafter
 
-    costs = measure(target, FeatureDrafter(head), 1, torch.device("cpu"), (1,))
-    target_ms = costs.verify_ms(1)
-    return {"head_step_ms": costs.draft_ms, "target_step_ms": target_ms, "step_cost_ratio": costs.draft_ms / target_ms}
+    drafter, device = FeatureDrafter(head), target.device
+    ids = torch.randint(0, target.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0)).to(device)
+    lengths = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    generate_with_drafter(target, drafter, ids, gamma=1, **lengths)
+    head_ms = costs_for(target, drafter, device, 1, False).measured()[("draft", "chain", 1)]
+    start = time.perf_counter()
+    target.generate(ids, **lengths)
+    target_ms = (time.perf_counter() - start) * 1e3 / new_tokens
+    return {"head_step_ms": head_ms, "target_step_ms": target_ms, "step_cost_ratio": head_ms / target_ms}
 
 
 def distill_feature_head(

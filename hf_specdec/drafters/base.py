@@ -98,6 +98,14 @@ class DraftSession(ABC):
     def check_trees(self) -> None:
         """Raises UnsupportedModelError, before any forward, if this session's model cannot draft trees."""
 
+    def score_prompt(self, ctx: DraftContext, num_positions: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The drafter's guesses at the tokens at buffer indices `ctx.lens - num_positions .. ctx.lens - 1` of each
+        row (known tokens, after the target's first forward), from the tokens before each: (tokens [batch,
+        num_positions] long, -1 where it has none; its raw logits [batch, num_positions, vocab], or None for
+        deterministic guesses), or None when it cannot tell. The default policy starts each row from how often these
+        agree with the target (`verify.agreement`). A session may keep what it computed (its prefill) for drafting."""
+        return None
+
     def observe(self, num_valid: torch.Tensor, features: TargetFeatures | None = None) -> None:
         """After verification: the first `num_valid[b]` real tokens of row b are what the drafter saw when
         proposing (its context plus the accepted drafts); everything it proposed beyond is gone.

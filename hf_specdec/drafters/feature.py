@@ -309,6 +309,19 @@ class FeatureDraftSession(ModelDraftSession):
         self._reserve(ctx.sequences.shape[1], self.features)
         return super().propose(ctx, num_tokens)
 
+    def score_prompt(self, ctx: DraftContext, num_positions: int):
+        """The head over the prompt's target states (its prefill), with logits at the last `num_positions` entries:
+        the entry at head column c (state c, token c + 1) guesses the token at c + 2."""
+        self._take_observed()
+        if self.features is None:
+            return None
+        self._reserve(ctx.sequences.shape[1], self.features)
+        logits, _ = self.cached.forward(ctx.sequences[:, 1:], ctx.pad_lens, ctx.lens - 2, num_positions,
+                                        column_inputs={"features": self.features})
+        logits = logits[..., : ctx.vocab_size]  # [batch, positions, vocab]
+        column = ctx.lens[:, None] - num_positions - 2 + torch.arange(num_positions, device=ctx.lens.device)
+        return torch.where(column >= ctx.pad_lens[:, None], logits.argmax(dim=-1), -1), logits
+
     def _draft_logits(self, ctx: DraftContext, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
         # The entry that predicts the token at index `at` sits at at - 2 (state at - 2, token at - 1); in
         # the head's sequence (the buffer shifted by one) it is column at - 2, fed up to at - 1.

@@ -89,6 +89,13 @@ class ModelDraftSession(DraftSession):
         draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
         return Draft(tokens=tokens[:, :width], num_drafted=num_drafted, probs=draft_probs)
 
+    def score_prompt(self, ctx: DraftContext, num_positions: int):
+        """The model's prefill over every committed token but the last, with logits at the last `num_positions`."""
+        logits, _ = self.cached.forward(ctx.sequences, ctx.pad_lens, ctx.lens - 1, num_positions)
+        logits = logits[..., : ctx.vocab_size]  # [batch, positions, vocab]
+        index = ctx.lens[:, None] - num_positions - 1 + torch.arange(num_positions, device=ctx.lens.device)
+        return torch.where(index >= ctx.pad_lens[:, None], logits.argmax(dim=-1), -1), logits
+
     def _draft_logits(self, ctx: DraftContext, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
         """[batch, 1, vocab] logits for the token at buffer index `at` of the `rows` that draft; the other
         rows only catch up on what they have not fed yet."""

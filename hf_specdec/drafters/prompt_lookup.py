@@ -78,6 +78,18 @@ class PromptLookupDrafter(StatelessDrafter):
         device = ctx.lens.device
         return Draft(tokens=tokens.to(device), num_drafted=num_drafted.to(device))
 
+    def score_prompt(self, ctx: DraftContext, num_positions: int):
+        """What lookup would have drafted first at each of the last `num_positions` tokens (-1: no match)."""
+        sequences, pad_lens, lens = ctx.sequences.cpu(), ctx.pad_lens.tolist(), ctx.lens.tolist()
+        guesses = torch.full((len(lens), num_positions), -1, dtype=torch.long)
+        for row, (start, end) in enumerate(zip(pad_lens, lens)):
+            for column, at in enumerate(range(end - num_positions, end)):
+                if at - start >= 2:
+                    proposal = lookup_ngram(sequences[row, start:at], self.max_ngram_size, 1)
+                    if proposal.numel():
+                        guesses[row, column] = proposal[0]
+        return guesses.to(ctx.lens.device), None
+
     drafts_trees = True
 
     def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor) -> DraftTree:

@@ -1,0 +1,139 @@
+"""What the loop's steps cost on this machine: the wall time of every step, by shape, measured as calls run and
+remembered per setting.
+
+Contract: `costs_for(target, drafter, device, rows, do_sample)` returns the setting's `StepCosts` (target, drafter
+model, device, dtype, rows, torch threads, greedy or sampled), empty on first use and shared by every later call of
+that setting from any thread; the loop `record`s each step's drafting and verifying time, and the default policy asks
+`estimate(shape)`. A sampled setting's costs are frozen after its first call, so seeded sampled calls repeat; greedy
+settings learn on (their output never depends on the costs). Nothing here runs a model. `reset_costs()` forgets every setting (after moving a model to another
+device, or once a busy machine is idle again).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import weakref
+from collections import deque
+
+import torch
+
+#: Steps remembered per (part, kind, size): the estimate is their median, so a few slow steps move nothing.
+SAMPLES = 15
+
+
+class StepCosts:
+    """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
+    for chains (a plain step is a chain of 0) and trees. Unmeasured sizes are priced from measured ones: a width
+    between two measured ones linearly, beyond the widest along the last two (never cheaper), from one alone as that
+    one (optimistic, so that it gets tried); drafting at the cheapest measured ms per level. Widths beyond twice the
+    widest measured are not priced (None) until a narrower step has run: exploration grows by doubling, never into
+    a forward many times the measured ones.
+
+    `StepCosts(verify_ms={1: 20.0, 2: 21.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand (chains and trees alike; a
+    `CostAwareDraftPolicy(costs=...)` then decides the same everywhere): pinned costs ignore what calls measure.
+    """
+
+    def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
+        self.pinned = verify_ms is not None  # pinned by hand, or frozen (`freeze`): `record` changes nothing
+        self._lock = threading.Lock()
+        self._samples: dict[tuple, deque] = {}
+        self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
+        if self.pinned:
+            if 1 not in verify_ms:
+                raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")
+            table = {("verify", "chain", int(width)): float(ms) for width, ms in verify_ms.items()}
+            table[("draft", "chain", 1)] = float(draft_ms or 0.0)
+            self._median = table
+
+    def record(self, kind: str, depth: int, width: int, draft_ms: float, verify_ms: float) -> None:
+        """One step of `kind` ("chain" or "tree") that drafted `depth` levels and verified `width` tokens per row."""
+        if self.pinned:
+            return
+        with self._lock:
+            median = dict(self._median)
+            for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
+                if key[2] == 0:
+                    continue
+                samples = self._samples.setdefault(key, deque(maxlen=SAMPLES))
+                samples.append(ms)
+                median[key] = statistics.median(samples)
+            self._median = median
+
+    def freeze(self) -> None:
+        """Keeps the costs as they are from now on: a sampled setting's decisions then repeat call after call, so a
+        seeded call gives the same tokens every time (from the setting's second call on)."""
+        self.pinned = True
+
+    def estimate(self, shape) -> float | None:
+        """Milliseconds of a step drafting `shape` (a `policy.Shape`; None: a plain step), or None while unpriced."""
+        kind = "chain" if shape is None or shape.top_k == 0 else "tree"
+        width, depth = (1, 0) if shape is None else (shape.width, shape.depth)
+        table = self._median
+        verify = _curve(table, "verify", kind, width, cap=True)
+        if verify is None:
+            return None
+        return verify + (_curve(table, "draft", kind, depth, cap=False) if depth else 0.0)
+
+    def measured(self) -> dict[tuple, float]:
+        """{(part, kind, size): ms} of everything measured (or pinned) so far."""
+        return dict(self._median)
+
+
+def _curve(table: dict, part: str, kind: str, size: int, cap: bool) -> float | None:
+    """The `part` cost of `kind` at `size` from the measured points (a tree's from the chains' while it has none)."""
+    points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
+    if not points and kind == "tree":
+        points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, "chain")}
+    if size in points:
+        return points[size]
+    if part == "draft":  # levels cost alike: the cheapest measured level's ms (nothing measured: free, so tried)
+        return min((ms / level for level, ms in points.items()), default=0.0) * size
+    widest = max((key[2] for key in table if key[0] == "verify"), default=0)
+    if not points or (cap and size > 2 * widest):
+        return None
+    sizes = sorted(points)
+    below, above = [w for w in sizes if w < size], [w for w in sizes if w > size]
+    if below and above:
+        low, high = below[-1], above[0]
+    elif len(below) >= 2:
+        low, high = below[-2], below[-1]
+    else:  # one point, or only wider ones: as cheap as the nearest
+        return points[(below or above)[-1 if below else 0]]
+    slope = max(0.0, (points[high] - points[low]) / (high - low))
+    return points[low] + slope * (size - low)
+
+
+_registry: dict[tuple, tuple[weakref.ref, weakref.ref | None, StepCosts]] = {}
+_lock = threading.Lock()
+
+
+def _identity(drafter):
+    """The object whose compute a drafter's cost is (its model or head), so a new wrapper of the same model shares."""
+    for name in ("model", "head"):
+        if getattr(drafter, name, None) is not None:
+            return getattr(drafter, name)
+    return drafter
+
+
+def costs_for(target, drafter, device: torch.device, rows: int, do_sample: bool) -> StepCosts:
+    """The StepCosts of this setting, made on first use and kept while the target and the drafter's model live."""
+    identity = _identity(drafter)
+    key = (id(target), id(identity), str(device), str(target.dtype), rows, torch.get_num_threads(), bool(do_sample))
+    with _lock:
+        stored = _registry.get(key)
+        if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
+            return stored[2]
+        costs = StepCosts()
+        try:
+            identity_ref = weakref.ref(identity)
+        except TypeError:
+            identity_ref = None
+        _registry[key] = (weakref.ref(target), identity_ref, costs)
+        return costs
+
+
+def reset_costs() -> None:
+    """Forgets every measured step cost; the next call of each setting measures afresh."""
+    with _lock:
+        _registry.clear()

@@ -1,0 +1,236 @@
+"""The default draft policy's decisions, on hand-given step costs and acceptance: the prompt sets where a call starts,
+the call's own acceptance moves it, the measured costs price each shape, and an optimism bonus keeps probing."""
+
+import math
+
+import pytest
+import torch
+
+import tiny_models
+from hf_specdec.costs import StepCosts
+from hf_specdec.policy import CostAwareDraftPolicy, Shape, best_shape, expected_tokens, tree_outcomes
+from hf_specdec.verify import agreement
+
+CPU = torch.device("cpu")
+# A CPU that computes bf16: width costs a little, a draft 10 % of a plain step.
+CPU_LIKE = StepCosts(verify_ms={1: 20.0, 2: 22.0, 3: 24.0, 5: 28.0, 7: 32.0, 9: 36.0, 17: 52.0, 33: 84.0}, draft_ms=2.0)
+# A GPU: verifying 7 tokens costs what verifying 2 does, and a draft 2 % of a step.
+WIDTH_FREE = StepCosts(verify_ms={1: 20.0, 2: 20.2, 7: 20.4, 9: 20.6, 17: 21.0, 33: 22.0}, draft_ms=0.4)
+
+
+def _schedule(costs, batch=1, **policy):
+    trees = policy.pop("trees", False)
+    return CostAwareDraftPolicy(costs=costs, trees=trees, **policy).start(batch, CPU, trees=trees)
+
+
+def _step(schedule, drafted: int, accepted: int, rows: int = 1):
+    active = torch.ones(rows, dtype=torch.bool)
+    schedule.update(active, torch.full((rows,), drafted), torch.full((rows,), accepted), drafted=drafted > 0, left=rows)
+
+
+def _depth(schedule) -> int:
+    return 0 if schedule.tree is None and not schedule.drafts() else (
+        schedule.tree.max_depth if schedule.tree is not None else int(schedule.lengths.max()))
+
+
+def test_the_prefill_is_plain_and_the_prompt_sets_the_start():
+    schedule = _schedule(CPU_LIKE)
+    assert _depth(schedule) == 0  # step 0 (the prefill) drafts nothing
+    schedule.set_prior(torch.tensor([0.8]))
+    assert _depth(schedule) >= 2  # a drafter that agrees on the prompt drafts from step 1, and deep
+    cold = _schedule(CPU_LIKE, exploration=0.0)
+    cold.set_prior(torch.tensor([0.0]))
+    assert _depth(cold) == 0
+    # No evidence on the prompt (NaN: prompt lookup found no match) keeps the neutral start.
+    unknown = _schedule(CPU_LIKE)
+    unknown.set_prior(torch.tensor([float("nan")]))
+    assert unknown.prior.item() == 0.5 and _depth(unknown) > 0
+
+
+@pytest.mark.parametrize("costs", [WIDTH_FREE, CPU_LIKE], ids=["width-free", "cpu-like"])
+def test_prompt_agreement_zero_starts_plain_and_still_probes(costs):
+    schedule = _schedule(costs)
+    schedule.set_prior(torch.tensor([0.0]))
+    depths = []
+    for _ in range(128):
+        depths.append(_depth(schedule))
+        _step(schedule, depths[-1], 0)
+    assert depths[0] == 0  # starts plain
+    assert any(depth > 0 for depth in depths) or costs is CPU_LIKE  # probes where a probe is cheap
+    # What the failed probes cost, in plain steps: a bounded share of the call (the bonus shrinks with each probe).
+    plain = costs.estimate(None)
+    lost = sum(costs.estimate(Shape(0, depth, depth)) / plain - 1 for depth in depths if depth)
+    assert lost <= 0.03 * len(depths), (lost, depths)
+    assert depths[-16:].count(0) >= 8
+
+
+def test_observed_acceptance_zero_lets_the_drafter_go():
+    schedule = _schedule(CPU_LIKE)  # starts at the neutral 0.5: drafts
+    assert _depth(schedule) == 0
+    _step(schedule, 0, 0)
+    assert _depth(schedule) > 0
+    depths = []
+    for _ in range(40):
+        depths.append(_depth(schedule))
+        _step(schedule, depths[-1], 0)
+    assert depths[:2] != [0, 0]
+    assert depths[-20:].count(0) >= 19, depths  # let go: plain steps, a rare probe at most
+    # Without the bonus it never comes back.
+    dead = _schedule(CPU_LIKE, exploration=0.0)
+    for _ in range(12):
+        _step(dead, _depth(dead), 0)
+    assert all(_depth(dead) == 0 for _ in range(1)) and not dead.drafting_pays(torch.tensor([True]))
+
+
+def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
+    deep = _schedule(WIDTH_FREE)
+    deep.set_prior(torch.tensor([0.8]))
+    assert _depth(deep) == 6  # the longest chain
+    dear = StepCosts(verify_ms={1: 20.0, 2: 30.0, 3: 40.0, 7: 80.0}, draft_ms=2.0)  # fp32 on a small CPU
+    shallow = _schedule(dear)
+    shallow.set_prior(torch.tensor([0.7]))
+    assert _depth(shallow) <= 2
+
+
+def test_a_drafter_that_becomes_right_later_is_tried_again():
+    schedule = _schedule(CPU_LIKE)
+    _step(schedule, 0, 0)
+    for _ in range(30):  # wrong at first: let go
+        _step(schedule, _depth(schedule), 0)
+    assert _depth(schedule) == 0
+    depths = []
+    for _ in range(200):  # then always right: a probe finds it and drafting resumes
+        depths.append(_depth(schedule))
+        _step(schedule, depths[-1], depths[-1])
+    first = next(i for i, depth in enumerate(depths) if depth > 0)
+    assert first < 100 and all(depth > 0 for depth in depths[first:]) and max(depths) >= 3, depths
+
+
+def test_trees_are_chosen_where_width_is_free_and_rank_two_is_often_right():
+    schedule = _schedule(WIDTH_FREE, trees=True)
+    schedule.rank_trials[1], schedule.rank_hits[1] = 100.0, 40.0  # the 2nd child right 40 % of the time
+    schedule.set_prior(torch.tensor([0.5]))
+    assert schedule.tree is not None and schedule.tree.max_nodes >= 16
+    chains = _schedule(CPU_LIKE, trees=True)
+    chains.set_prior(torch.tensor([0.5]))  # rank 2's prior 0.15: a tree's extra nodes do not pay their width here
+    assert chains.tree is None and _depth(chains) > 0
+
+
+def test_unmeasured_costs_start_plain_and_explore_by_doubling():
+    costs = StepCosts()
+    schedule = _schedule(costs)
+    schedule.set_prior(torch.tensor([0.9]))
+    assert _depth(schedule) == 0  # no plain step measured yet: nothing to price against
+    costs.record("chain", 0, 1, 0.0, 20.0)
+    _step(schedule, 0, 0)
+    assert _depth(schedule) == 1  # widths up to twice the widest measured: a chain of 1
+    costs.record("chain", 1, 2, 1.0, 20.5)
+    _step(schedule, 1, 1)
+    assert _depth(schedule) == 3  # width 4 now priced (from widths 1 and 2)
+    costs.record("chain", 3, 4, 3.0, 21.5)
+    _step(schedule, 3, 3)
+    assert _depth(schedule) == 6
+
+
+def test_step_costs_interpolate_extrapolate_and_cap():
+    costs = StepCosts()
+    assert costs.estimate(None) is None
+    for ms in (20.0, 22.0, 21.0):
+        costs.record("chain", 0, 1, 0.0, ms)
+    costs.record("chain", 1, 2, 2.0, 24.0)
+    costs.record("chain", 3, 4, 6.0, 30.0)
+    assert costs.estimate(None) == 21.0  # the median of the plain steps
+    assert costs.estimate(Shape(0, 1, 1)) == 26.0
+    assert costs.estimate(Shape(0, 2, 2)) == pytest.approx(27.0 + 4.0)  # between widths 2 and 4; 2 ms a level
+    assert costs.estimate(Shape(0, 5, 5)) == pytest.approx(30.0 + 3.0 * 2 + 10.0)  # along the last two, 3 ms / width
+    assert costs.estimate(Shape(0, 8, 8)) is None  # width 9 > twice the widest measured
+    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(39.0 + 6.0)  # a tree priced from the chains' curve
+    pinned = StepCosts(verify_ms={1: 10.0}, draft_ms=1.0)
+    pinned.record("chain", 0, 1, 0.0, 99.0)
+    assert pinned.estimate(None) == 10.0  # pinned costs ignore what calls measure
+
+
+def test_expected_tokens_of_chains_and_trees():
+    alphas = torch.tensor([[0.5, 0.5, 0.5], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    assert expected_tokens(alphas, [], Shape(0, 3, 3)).tolist() == [1.875, 2.0]
+    # One row at 0.5 per depth, 2nd child 0.3: nodes 0.5, 0.3 (depth 1), 0.25, 0.15 (depth 2, under the best).
+    tree = expected_tokens(alphas[:1], [0.3], Shape(2, 2, 4))
+    assert tree.item() == pytest.approx(1 + 0.5 + 0.3 + 0.25 + 0.15)
+    # The rows' harmonic mean: a batch waits for its slowest row (their plain mean, 2.22 tokens, would draft 3).
+    costs = lambda shape: 10.0 if shape is None else 10.0 + 3 * shape.depth
+    assert best_shape(torch.tensor([[0.9] * 3, [0.0] * 3], dtype=torch.float64), [], costs,
+                      (Shape(0, 1, 1), Shape(0, 3, 3)), 0.02) is None
+    assert best_shape(torch.tensor([[0.9] * 3, [0.9] * 3], dtype=torch.float64), [], costs,
+                      (Shape(0, 1, 1), Shape(0, 3, 3)), 0.02) == Shape(0, 3, 3)
+
+
+def test_tree_outcomes_read_trials_and_hits_off_the_accepted_path():
+    # Root 0 with children 1 (best), 2; node 1 with children 3, 4; node 2 with child 5.
+    parents = torch.tensor([[-1, 0, 0, 1, 1, 2]])
+    trials, hits = tree_outcomes(parents, torch.tensor([[2, 5, -1, -1, -1]]), torch.tensor([2]), 3)
+    assert trials[0, 0].tolist() == [1, 1, 0] and hits[0, 0].tolist() == [0, 1, 0]  # the root's 2nd child taken
+    assert trials[0, 1].tolist() == [1, 0, 0] and hits[0, 1].tolist() == [1, 0, 0]  # node 2's only child taken
+    assert trials[0, 2].tolist() == [0, 0, 0]  # node 5 has no children
+    trials, hits = tree_outcomes(parents, torch.tensor([[-1] * 5]), torch.tensor([0]), 3)
+    assert trials[0, 0].tolist() == [1, 1, 0] and hits.sum() == 0
+
+
+def _naive_agreement(target_logits, tokens, draft_logits, pad_lens, lens, do_sample, temperature):
+    out = []
+    for b in range(target_logits.shape[0]):
+        values = []
+        for j in range(target_logits.shape[1]):
+            index = int(lens[b]) - target_logits.shape[1] - 1 + j
+            if index < int(pad_lens[b]) or int(tokens[b, j]) < 0:
+                continue
+            p = torch.softmax(target_logits[b, j].double() / temperature, dim=-1)
+            if not do_sample:
+                values.append(float(int(target_logits[b, j].argmax()) == int(tokens[b, j])))
+            elif draft_logits is None:
+                values.append(float(p[tokens[b, j]]))
+            else:
+                q = torch.softmax(draft_logits[b, j].double() / temperature, dim=-1)
+                values.append(sum(min(float(p[v]), float(q[v])) for v in range(p.shape[0])))
+        out.append(sum(values) / len(values) if values else math.nan)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_prompt_agreement_matches_a_naive_per_position_oracle(do_sample, deterministic):
+    generator = torch.Generator().manual_seed(0)
+    target_logits = torch.randn(3, 6, 11, generator=generator)
+    draft_logits = target_logits + torch.randn(3, 6, 11, generator=generator)
+    tokens = draft_logits.argmax(dim=-1)
+    tokens[1, 2] = -1  # no guess there
+    tokens[2] = -1  # no guess at all: NaN
+    pad_lens, lens = torch.tensor([0, 4, 0]), torch.tensor([7, 9, 9])  # row 0: its first position has no real token
+    logits = None if deterministic else draft_logits
+    got = agreement(target_logits, tokens, logits, pad_lens, lens, do_sample, 0.7)
+    expected = _naive_agreement(target_logits, tokens, logits, pad_lens, lens, do_sample, 0.7)
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    assert got[2].isnan() and 0 < got[0] <= 1
+
+
+def test_the_prompt_prior_reaches_the_call(target, partial_drafter, unrelated_drafter):
+    """End to end: a drafter that agrees with the target on the prompt starts above one that never does."""
+    from hf_specdec import policy as policy_module
+
+    priors = []
+    real_set_prior = policy_module.AdaptiveSchedule.set_prior
+
+    def recording(self, values):
+        priors.append(values.clone())
+        return real_set_prior(self, values)
+
+    input_ids, mask = tiny_models.prompts(2, seed=3)
+    policy_module.AdaptiveSchedule.set_prior = recording
+    try:
+        for drafter in (partial_drafter, unrelated_drafter, "prompt_lookup"):
+            expected = target.generate(input_ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+            out = target.generate(input_ids, attention_mask=mask, max_new_tokens=8, do_sample=False, drafter=drafter)
+            assert torch.equal(out, expected)
+    finally:
+        policy_module.AdaptiveSchedule.set_prior = real_set_prior
+    partial, unrelated = priors[0], priors[1]
+    assert partial.min() > unrelated.max() and len(priors) == 3
