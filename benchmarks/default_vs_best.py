@@ -1,0 +1,161 @@
+"""The default draft policy (no gamma=) against plain generate() and against the best fixed shape, side by side on
+held-out prompts, with SmolLM2-135M-Instruct as the target.
+
+Each setting (drafter, dtype, mode, batch size) generates every prompt batch with plain generate(), plain generate()
+again (the A/A control), the default, chains of 1-4 and trees 4/3/8 and 4/4/16, in a shuffled order per batch, after
+one warm-up call of each; a method's ratio is the median over batches of its tokens/s over plain's on the same batch.
+`--first-call` instead times, in a fresh process after one plain generate(), the first call with a drafter against the
+tenth identical one (each relative to a plain call next to it).
+
+Run: python benchmarks/default_vs_best.py --out benchmarks/data/default_vs_best.json   (add --quick for a smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import hf_specdec
+from hf_specdec import TreeDraftPolicy
+from hf_specdec.bench.models import load_pair, unrelated_drafter
+from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode, grounded_prompts
+
+HEAD = "drafters/smollm2-135m-instruct-eagle3"
+FIXED = {"chain 1": 1, "chain 2": 2, "chain 3": 3, "chain 4": 4,
+         "tree 4/3/8": TreeDraftPolicy(top_k=4, max_depth=3, max_nodes=8),
+         "tree 4/4/16": TreeDraftPolicy(top_k=4, max_depth=4, max_nodes=16)}
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    flags = Path("/proc/cpuinfo").read_text()
+    family = next((line.split(":")[1].strip() for line in flags.splitlines() if line.startswith("cpu family")), "?")
+    found = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags.split()]
+    return f"{model} (family {family}), {', '.join(found) or 'no bf16 flags'}"
+
+
+def commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def timed(call) -> tuple[float, int]:
+    start = time.perf_counter()
+    out = call()
+    return time.perf_counter() - start, out
+
+
+def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_tokens, repeats, seed):
+    """{method: [ratio to plain per batch and repeat]} of one setting."""
+    ids = encode(tokenizer, prompts)
+    groups = batches(ids, batch_size, tokenizer.pad_token_id)
+    sampling = dict(do_sample=True, temperature=0.7) if mode == "sampled" else dict(do_sample=False)
+    kwargs = dict(max_new_tokens=new_tokens, **sampling)
+    if mode == "sampled":  # every method decodes the whole length, so tokens/s compare alike
+        kwargs.update(min_new_tokens=new_tokens)
+
+    def method(name):
+        def call(inputs):
+            if name.startswith("plain"):
+                out = target.generate(**inputs, **kwargs)
+            else:
+                gamma = None if name == "default" else FIXED[name]
+                out = target.generate(**inputs, drafter=drafter, gamma=gamma, **kwargs)
+            return int((out[:, inputs["input_ids"].shape[1]:] != tokenizer.pad_token_id).sum())
+        return call
+
+    names = ["plain", "plain again", "default", *FIXED]
+    for name in names:  # warm-up: kernels, and the default's first call of this setting measures its step costs
+        method(name)(groups[0])
+    ratios = {name: [] for name in names if name != "plain"}
+    order = random.Random(seed)
+    for _ in range(repeats):
+        for inputs in groups:
+            shuffled = names[:]
+            order.shuffle(shuffled)
+            rates = {}
+            for name in shuffled:
+                seconds, tokens = timed(lambda: method(name)(inputs))
+                rates[name] = tokens / seconds
+            for name in ratios:
+                ratios[name].append(rates[name] / rates["plain"])
+    return ratios
+
+
+def first_call(dtype: str, drafter_kind: str, batch_size: int, new_tokens: int) -> dict:
+    """In this (fresh) process: one plain warm-up call, then pairs (plain, with the drafter) ten times; the first
+    pair's ratio against the tenth's."""
+    target, tokenizer, drafter = load(dtype, drafter_kind)
+    groups = batches(encode(tokenizer, CHAT_PROMPTS[-batch_size:]), batch_size, tokenizer.pad_token_id)
+    kwargs = dict(max_new_tokens=new_tokens, do_sample=False)
+    target.generate(**groups[0], **kwargs)
+    ratios = []
+    for _ in range(10):
+        plain, _ = timed(lambda: target.generate(**groups[0], **kwargs))
+        spec, _ = timed(lambda: target.generate(**groups[0], drafter=drafter, **kwargs))
+        ratios.append(plain / spec)
+    return {"first": ratios[0], "tenth": ratios[-1], "first_over_tenth": ratios[0] / ratios[-1], "all": ratios}
+
+
+def load(dtype: str, drafter_kind: str):
+    target, independent, tokenizer, _ = load_pair(dtype=getattr(torch, dtype))
+    drafter = {"head": lambda: hf_specdec.load_drafter(HEAD), "independent": lambda: independent,
+               "unrelated": lambda: unrelated_drafter(independent), "prompt_lookup": lambda: "prompt_lookup"}
+    return target, tokenizer, drafter[drafter_kind]()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--drafters", default="head,independent,unrelated,prompt_lookup")
+    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--modes", default="greedy,sampled")
+    parser.add_argument("--batch-sizes", default="1,4")
+    parser.add_argument("--num-prompts", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--first-call", action="store_true", help="time the first call against the tenth instead")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 prompts, 8 tokens")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/data/default_vs_best.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.quick:
+        args.num_prompts, args.new_tokens = 2, 8
+    if args.first_call:
+        print(json.dumps(first_call(args.dtypes.split(",")[0], args.drafters.split(",")[0],
+                                    int(args.batch_sizes.split(",")[0]), args.new_tokens)))
+        return
+    record = {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(), "threads": args.threads,
+              "command": " ".join(sys.argv), "settings": []}
+    for dtype in args.dtypes.split(","):
+        for kind in args.drafters.split(","):
+            target, tokenizer, drafter = load(dtype, kind)
+            prompts = grounded_prompts() if kind == "prompt_lookup" else CHAT_PROMPTS
+            for mode in args.modes.split(","):
+                for size in map(int, args.batch_sizes.split(",")):
+                    ratios = run_setting(target, tokenizer, drafter, list(prompts[: max(args.num_prompts, size)]), size,
+                                         mode, args.new_tokens, args.repeats, seed=size)
+                    medians = {name: statistics.median(values) for name, values in ratios.items()}
+                    best = max(FIXED, key=medians.get)
+                    row = {"drafter": kind, "dtype": dtype, "mode": mode, "batch": size, "ratios": ratios,
+                           "default": medians["default"], "aa": medians["plain again"], "best_fixed": best,
+                           "default_vs_best": medians["default"] / medians[best]}
+                    record["settings"].append(row)
+                    print(f"{kind:13} {dtype:8} {mode:7} b{size}: default {row['default']:.3f}x plain, "
+                          f"{row['default_vs_best']:.3f}x best fixed ({best} {medians[best]:.3f}x), A/A {row['aa']:.3f}",
+                          flush=True)
+                    args.out.parent.mkdir(parents=True, exist_ok=True)
+                    args.out.write_text(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main()
