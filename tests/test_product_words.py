@@ -29,6 +29,9 @@ PENDING_REWRITE = {
     "tests/test_tree_schedule.py", "tests/test_tree_policy.py", "docs/policies.md",
 }
 
+#: This file: it holds the planted examples the check must find.
+THIS_FILE = "tests/test_product_words.py"
+
 #: A repository path named in code: docs/..., benchmarks/..., drafters/..., examples/..., tests/..., hf_specdec/...
 _REPO_PATH = re.compile(r"(?<![\w/.-])((?:docs|benchmarks|drafters|examples|tests|hf_specdec)/[\w./-]*\w)")
 
@@ -70,7 +73,7 @@ def test_no_product_file_says_how_the_work_was_organised():
     for path in _product_files():
         name = _relative(path)
         words = organisation_words(name)
-        if name not in PENDING_REWRITE:
+        if name not in PENDING_REWRITE and name != THIS_FILE:
             words += organisation_words(path.read_text(encoding="utf-8", errors="replace"))
         if words:
             found[name] = sorted(set(words))
@@ -80,7 +83,7 @@ def test_no_product_file_says_how_the_work_was_organised():
 def test_every_repository_path_named_in_code_and_tests_exists():
     missing = {}
     for path in _product_files():
-        if path.suffix != ".py" and path.name != "Makefile":
+        if (path.suffix != ".py" and path.name != "Makefile") or _relative(path) in (*PENDING_REWRITE, THIS_FILE):
             continue
         for named in _REPO_PATH.findall(path.read_text(encoding="utf-8")):
             named = named.rstrip(".")
