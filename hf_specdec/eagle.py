@@ -17,10 +17,13 @@ Layouts, read from SafeAILab/EAGLE (eagle/model/cnets.py, cnets1.py, ea_model.py
            `lm_head.weight` [draft_vocab, H], `d2t` [draft_vocab] (draft id d is target id d + d2t[d]),
            `t2d` [vocab] bool (training only). Community checkpoints may say `layers.0.` for `midlayer.`.
   Both may carry `embed_tokens.weight`; the target's embeddings are used instead.
-Which target states a head reads: `hf_specdec_feature_layers` when we wrote the config; else
-`eagle_config.eagle_aux_hidden_state_layer_ids` (layer outputs, so index + 1, as SGLang reads them) or a
-top-level `eagle_aux_hidden_state_layer_ids` (hidden-state indices, as vLLM reads them); else the
+Which target states a head reads (hidden-state indices, as `output_hidden_states` counts them): a top-level
+`eagle_aux_hidden_state_layer_ids` (vLLM's convention); else `eagle_config.eagle_aux_hidden_state_layer_ids`
+(layer outputs, so index + 1: SGLang's); else `hf_specdec_feature_layers` (older heads of ours); else the
 published default (EAGLE-3: 2, N // 2, N - 3; EAGLE-1: the last, normalized state).
+`published_config` writes what those engines read: a top-level `rope_theta`, `target_hidden_size` only where
+it differs from `hidden_size` (SafeAILab/EAGLE skips loading the target's embeddings when it is present),
+and the feature layers in both engines' keys. tests/test_serving_engines.py restates their rules.
 """
 
 from __future__ import annotations
@@ -82,13 +85,36 @@ def is_feature_head(path: str | os.PathLike) -> bool:
 
 
 def _feature_layers(raw: dict) -> list[int] | None:
-    if raw.get("hf_specdec_feature_layers") is not None:
-        return [int(layer) for layer in raw["hf_specdec_feature_layers"]]
+    top = raw.get("eagle_aux_hidden_state_layer_ids")
+    if top is not None:
+        return [int(layer) for layer in top]
     nested = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     if nested is not None:
         return [int(layer) + 1 for layer in nested]  # layer outputs -> hidden-state indices
-    top = raw.get("eagle_aux_hidden_state_layer_ids")
-    return None if top is None else [int(layer) for layer in top]
+    if raw.get("hf_specdec_feature_layers") is not None:
+        return [int(layer) for layer in raw["hf_specdec_feature_layers"]]
+    return None
+
+
+def published_config(config: LlamaConfig, kind: str) -> dict:
+    """`config` (a head's) as the dict vLLM, SGLang and SafeAILab/EAGLE read from config.json."""
+    published = config.to_dict()
+    rope = published.get("rope_parameters") or {}
+    if "rope_theta" in rope:  # transformers 5 nests it; the engines' loaders read it at the top level
+        published["rope_theta"] = rope["rope_theta"]
+        if rope.get("rope_type", "default") != "default":  # the transformers-4 spelling of a scaled rope
+            published["rope_scaling"] = {"type": rope["rope_type"], **{k: v for k, v in rope.items() if k != "rope_theta"}}
+    if published.get("target_hidden_size") == published["hidden_size"]:
+        del published["target_hidden_size"]
+    layers = published.pop("hf_specdec_feature_layers", None)
+    if kind == "eagle3" and layers is not None:
+        published["eagle_aux_hidden_state_layer_ids"] = [int(layer) for layer in layers]  # vLLM: hidden-state indices
+        published["eagle_config"] = {  # SGLang: layer outputs (index - 1)
+            "eagle_aux_hidden_state_layer_ids": [int(layer) - 1 for layer in layers], "use_aux_hidden_state": True,
+        }
+    elif layers is not None:
+        published["hf_specdec_feature_layers"] = [int(layer) for layer in layers]
+    return published
 
 
 def load_feature_head(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> FeatureHead:
@@ -130,8 +156,8 @@ def load_feature_head(path: str | os.PathLike, dtype: torch.dtype = torch.float3
 
 
 def save_feature_head(head: FeatureHead, path: str | os.PathLike, dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Writes `head` to `path` in its published layout (config.json + model.safetensors, weights in
-    `dtype`), with `t2d` for engines that expect it."""
+    """Writes `head` to `path` in its published layout (`published_config` + model.safetensors, weights in
+    `dtype`, decoder layer under `midlayer.`), with `t2d` for engines that expect it."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -142,7 +168,7 @@ def save_feature_head(head: FeatureHead, path: str | os.PathLike, dtype: torch.d
         t2d[head.draft_ids()] = True
         tensors["t2d"] = t2d
     save_file({name: value.contiguous() for name, value in tensors.items()}, str(path / SAFETENSORS))
-    config = head.config.to_dict()
+    config = published_config(head.config, head.kind)
     config["torch_dtype"] = str(dtype).removeprefix("torch.")
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return path

@@ -280,7 +280,7 @@ def test_a_forward_wrapper_that_hides_position_ids_is_exact_or_refused(family, b
     """generate() passes position_ids only when `model.forward`'s signature names them. Behind a wrapper
     that hides them, plain decoding lets the model place tokens itself: BERT counts padding (positions from
     the cache length), RoBERTa starts at padding_idx + 1 even alone; hf_specdec's loop passes per-row
-    positions from 0. Whatever decides wrapped models (issue 26, part 1) must keep this exact or refused."""
+    positions from 0. Whatever decides wrapped models must keep this exact or refused."""
     model = _tiny_bert(is_decoder=True, family=family)
     ids, mask = tiny_models.prompts(batch, seed=0)
     kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=16)

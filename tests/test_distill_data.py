@@ -1,4 +1,4 @@
-"""Magpie data generation (issue 25): every item is a function of (seed, item), so a run interrupted
+"""Magpie data generation: every item is a function of (seed, item), so a run interrupted
 anywhere and resumed writes the same file, byte for byte, as one that never stopped; requests come after
 the chat template's user prefix; settings that would change the items are refused on resume."""
 

@@ -1,4 +1,4 @@
-"""The data tool's engine seam (issue 25): `magpie_data` drives any `generation.Engine`; the engine that made a
+"""The data tool's engine seam: `magpie_data` drives any `generation.Engine`; the engine that made a
 file is recorded in `<out>.meta.json` and on every line, and a resume with another one is refused. The
 llama.cpp engine's numpy sampler draws from HF's temperature -> top-p distribution, and the CLI refuses what
 it cannot run before any work. None of this needs llama-cpp-python; the one test that does is skipped

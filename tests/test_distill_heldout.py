@@ -1,4 +1,4 @@
-"""The held-out evaluation (issue 25): it refuses requests that leak into training prompts (token runs
+"""The held-out evaluation: it refuses requests that leak into training prompts (token runs
 or Magpie seeds), its top-k coverage counts what a hand computation counts, and its on-path acceptance
 at gamma = 1 is what the speculative loop itself counts on the same requests."""
 

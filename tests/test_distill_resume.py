@@ -1,4 +1,4 @@
-"""Resumable feature-head training (issue 25): a run interrupted half way and resumed from its checkpoint
+"""Resumable feature-head training: a run interrupted half way and resumed from its checkpoint
 ends with the same weights, optimizer state and losses, bit for bit (CPU, fp32), as a run that never
 stopped; the checkpoint loads with weights_only=True; other data or settings are refused on resume."""
 

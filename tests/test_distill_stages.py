@@ -1,4 +1,4 @@
-"""The three documented distill stages as commands on a tiny target (issue 25, docs/distill-at-scale.md): data
+"""The three documented distill stages as commands on a tiny target (docs/distill-at-scale.md): data
 (`distill-data`), training with checkpoints and a learning curve (`distill --kind feature --resume`),
 held-out evaluation (`distill-eval`), including the refusals that keep the evaluation honest."""
 

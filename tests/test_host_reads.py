@@ -1,6 +1,6 @@
 """A plain step reads values back from the device (on a GPU: waits for it) no more often than plain generate()'s does.
 Counted here on the CPU, by the aten ops that read a tensor's values on the host (`int()`, `bool()`, `.item()`,
-`.tolist()`, `nonzero`, ...): what each would cost on a GPU is measured on one (docs/bench/gpu), not here."""
+`.tolist()`, `nonzero`, ...): what each would cost on a GPU is measured on one (docs/results.md), not here."""
 
 import collections
 import functools

@@ -103,5 +103,5 @@ def test_feature_head_greedy_equality_alone_and_in_a_padded_batch(pair, feature_
         assert torch.equal(out, expected), texts
     if gamma is not None:
         # accepted / drafted at gamma 3: the shipped head gets ~0.22-0.24 on chat prompts, the independent drafter
-        # 0.115 (docs/bench/fp32-packed-t1), a head with random weights ~0.
+        # 0.115 (the benchmark in float32, packed), a head with random weights ~0.
         assert stats.acceptance_rate > 0.18

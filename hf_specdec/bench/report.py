@@ -119,7 +119,7 @@ def goals(results: dict) -> list[dict[str, Any]]:
         sweep = [r for r in _rows(results, "gamma") if r["mode"] == mode and r["gamma"] == best_gamma.get(mode)]
         if sweep:
             add(">= 1.5x plain at batch 1 (best gamma)", mode, sweep[0]["speedup"], 1.5)
-        # Issue 10: the default never loses to plain with a useless drafter, and stays near the best fixed gamma.
+        # The default never loses to plain with a useless drafter, and stays near the best fixed gamma.
         for row in _rows(results, "default"):
             if row["mode"] != mode:
                 continue
@@ -130,7 +130,7 @@ def goals(results: dict) -> list[dict[str, Any]]:
             elif row.get("gamma") == "default":
                 add(f"default: >= 0.95x the best fixed gamma at batch {row['batch_size']}", mode, row["vs_best_fixed"], 0.95,
                     judged=judged)
-        # Issue 9: the feature drafter, as a user runs it (the default policy).
+        # The feature drafter as a user runs it (the default policy).
         feature_rows = {(r["batch_size"], r["gamma"]): r for r in _rows(results, "feature") if r["mode"] == mode}
         default_b1 = feature_rows.get((1, "default"))
         if default_b1 is not None:

