@@ -16,7 +16,7 @@ vocabulary (random drafts are almost always rejected: the loop timings price ste
            pays? ms per generated token of generate(), the default and chains 1/2/4 with three drafters: the random
            one (alpha 0), the target itself ("self", alpha ~1) and its first --trunc-layers layers ("trunc", shared
            weights; the target's later layers write --tail-scale of their usual share, which sets alpha), batch 1
-           and 4, greedy; the drafted lengths the default chose and the costs its calibration measured
+           and 4, greedy; the drafted lengths the default chose and the step costs it measured
 
     python benchmarks/gpu_costs.py --out DIR                 # all sections but profile, on CUDA
     python benchmarks/gpu_costs.py --quick --device cpu      # a smoke run with tiny models
@@ -43,8 +43,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import hf_specdec
-from hf_specdec import calibration
-from hf_specdec.cache import CachedModel
+from hf_specdec.cache import CachedModel, prefers_position_masks
+from hf_specdec.costs import StepCosts, costs_for
 from hf_specdec.policy import CostAwareDraftPolicy, TreeDraftPolicy
 
 SHAPES = {
@@ -52,6 +52,10 @@ SHAPES = {
     "smol135m": dict(num_hidden_layers=30, hidden_size=576, intermediate_size=1536, num_attention_heads=9,
                      num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True,
                      rope_theta=100000.0, bos_token_id=1, eos_token_id=2, pad_token_id=2),
+    # Llama-3-8B: untied embeddings; with --trunc-layers 4 --tail-scale 0.05 the pair the default's GPU goal names
+    "llama8b": dict(num_hidden_layers=32, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                    num_key_value_heads=8, head_dim=128, vocab_size=128256, tie_word_embeddings=False,
+                    rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001, pad_token_id=128001),
     # Llama-3.2-1B
     "llama1b": dict(num_hidden_layers=16, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
                     num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True,
@@ -63,6 +67,8 @@ DRAFTER_SHAPES = {
                      num_key_value_heads=2, head_dim=64),
     "llama1b": dict(num_hidden_layers=4, hidden_size=512, intermediate_size=1536, num_attention_heads=8,
                     num_key_value_heads=2, head_dim=64),
+    "llama8b": dict(num_hidden_layers=4, hidden_size=1024, intermediate_size=3584, num_attention_heads=16,
+                    num_key_value_heads=4, head_dim=64),
 }
 TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, vocab_size=512, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
@@ -133,7 +139,7 @@ def forward_costs(model, batch: int, device: str, widths, rounds: int, context: 
         cache.crop(-width)
 
     # The loop's forward (CachedModel), rolled back to the context after each.
-    masks = calibration.prefers_position_masks(model, batch, torch.device(device))
+    masks = prefers_position_masks(model, torch.device(device))
     cached = CachedModel(model, batch, torch.device(device), position_masks=masks)
     pad_lens = torch.zeros(batch, dtype=torch.long, device=device)
     ctx = torch.full((batch,), context, dtype=torch.long, device=device)
@@ -172,8 +178,9 @@ def prompts(vocab: int, batch: int, length: int, device: str, padded: bool, pad:
 
 
 def plain_policy():
-    """A policy that never drafts (every step a plain target step, through our loop)."""
-    return calibration._ClockedPolicy(max_gamma=1, num_drafts=0)
+    """A policy that never drafts (every step a plain target step, through our loop): the default with costs pinned
+    so that no draft pays, and no probe."""
+    return CostAwareDraftPolicy(costs=StepCosts(verify_ms={1: 1.0, 2: 2.0}, draft_ms=1e6), exploration=0.0)
 
 
 VARIANTS = {
@@ -216,13 +223,13 @@ def run_variant(target, drafter, variant: str, ids, mask, new_tokens: int, retur
 def loop_costs(target, drafter, batch: int, device: str, reps: int, long: int, short: int, forward_ms: float,
                variants=tuple(VARIANTS)) -> dict:
     """Per variant: ms per step and per token, from the difference of a `long` and a `short` call (prefill,
-    setup and the default policy's calibration cancel), the best of `reps` rounds taken in turns (every other round
+    setup and the default's first steps cancel), the best of `reps` rounds taken in turns (every other round
     in reverse order); with generate() among the variants, also each long call's time over generate()'s in the same
     round (median and range over rounds: host noise moves whole rounds)."""
     ids, mask = prompts(target.config.vocab_size, batch, CONTEXT, device, padded=False, pad=target.config.pad_token_id)
     timings = {variant: {long: [], short: []} for variant in variants}
     forwards = {}
-    for variant in variants:  # warm-up (and the default policy's calibration)
+    for variant in variants:  # warm-up (and the default's first call of the setting)
         run_variant(target, drafter, variant, ids, mask, short)
     for round_ in range(reps):
         for variant in variants if round_ % 2 == 0 else variants[::-1]:
@@ -256,11 +263,8 @@ def loop_costs(target, drafter, batch: int, device: str, reps: int, long: int, s
         out[variant] = row
     out["forward_ms"] = forward_ms
     if "default" in variants:
-        costs = calibration.stored_costs(target, hf_specdec.ModelDrafter(drafter), batch, ids.device,
-                                         CostAwareDraftPolicy().widths(), False)
-        if costs is not None:
-            out["default_costs"] = dict(draft_ms=costs.draft_ms, target_ms=dict(costs.target_ms),
-                                        loop_ms=dict(costs.loop_ms))
+        measured = costs_for(target, hf_specdec.ModelDrafter(drafter), ids.device, batch, False).measured()
+        out["default_costs"] = {" ".join(map(str, key)): ms for key, ms in sorted(measured.items())}
     return out
 
 
@@ -296,35 +300,16 @@ DEFAULT_VARIANTS = ("default", "chain-1", "chain-2", "chain-4")
 
 
 def default_policy_costs(target, drafter, batch: int, device: torch.device) -> dict:
-    """What the default policy's calibration stored for this pair and batch (greedy): the chain loop's StepCosts
-    (with step_ms(k) priced from it and the break-even acceptance of one draft) and, if it timed them, TreeCosts."""
-    policy = CostAwareDraftPolicy()
-    wrapped = hf_specdec.ModelDrafter(drafter)
-    out = {}
-    costs = calibration.stored_costs(target, wrapped, batch, device, policy.widths(), False)
-    if costs is not None:
-        plain, one = costs.step_ms(0), costs.step_ms(1)
-        out["chain"] = dict(draft_ms=costs.draft_ms, target_ms=dict(costs.target_ms), loop_ms=dict(costs.loop_ms),
-                            draft_overhead_ms=costs.draft_overhead_ms(),
-                            step_ms={k: costs.step_ms(k) for k in range(policy.max_gamma + 1)},
-                            break_even_alpha=max(0.0, one * (1 + policy.min_gain) / plain - 1))
-    identity = calibration._cost_identity(wrapped)
-    key = ("trees", *calibration._key(target, identity, batch, device, policy.tree_widths(), (False,)))
-    with calibration._lock:
-        trees = calibration._lookup(key, target, identity, missing="not timed")
-    if isinstance(trees, calibration.TreeCosts):
-        per_level, per_node = trees.extras()
-        out["trees"] = dict(plain_ms=trees.plain_ms, chain_ms=trees.chain_ms, tree_ms=trees.tree_ms,
-                            per_level_ms=per_level, per_node_ms=per_node)
-    else:
-        out["trees"] = str(trees)  # "not timed" (the chain costs left trees no chance) or None (could not be timed)
-    return out
+    """The step costs the default measured for this pair and batch (greedy), ms by (part, kind, size): what it
+    decided with."""
+    measured = costs_for(target, hf_specdec.ModelDrafter(drafter), device, batch, False).measured()
+    return {" ".join(map(str, key)): ms for key, ms in sorted(measured.items())}
 
 
 def default_vs_plain(target, drafters: dict, batch: int, device: str, reps: int, long: int, short: int,
                      skip=()) -> dict:
     """Per drafter and variant (plus plain generate()): ms per generated token from the difference of a `long` and
-    a `short` call (prefill, setup and the default's calibration cancel), the best of `reps` rounds taken in turns
+    a `short` call (prefill, setup and the default's first steps cancel), the best of `reps` rounds taken in turns
     with every other variant (every other round in reverse order); tokens per target forward, alpha and the
     drafted-length histogram of the long call. `skip`: labels ("random/chain-4") not to run."""
     ids, mask = prompts(target.config.vocab_size, batch, CONTEXT, device, padded=False, pad=target.config.pad_token_id)
@@ -333,7 +318,7 @@ def default_vs_plain(target, drafters: dict, batch: int, device: str, reps: int,
     runs = [run for run in runs if run[0] not in skip]
     timings = {label: {long: [], short: []} for label, _, _ in runs}
     stats_of = {}
-    for label, drafter, variant in runs:  # warm-up (and the default policy's calibration) at the long call's lengths:
+    for label, drafter, variant in runs:  # warm-up (and the default's first call of the setting) at the long call's lengths:
         run_variant(target, drafter, variant, ids, mask, long)  # a first long call measured up to 2x slower (run 6)
     for round_ in range(reps):
         for label, drafter, variant in runs if round_ % 2 == 0 else runs[::-1]:
@@ -410,7 +395,7 @@ def count_syncs(target, drafter, variant: str, batch: int, device: str, new_toke
     """Synchronizing CUDA calls of one call, per target forward, and the source lines that made them (the
     innermost hf_specdec frame; else the innermost frame outside torch)."""
     ids, mask = prompts(target.config.vocab_size, batch, CONTEXT, device, padded=False, pad=target.config.pad_token_id)
-    run_variant(target, drafter, variant, ids, mask, new_tokens)  # warm-up, calibration outside the count
+    run_variant(target, drafter, variant, ids, mask, new_tokens)  # warm-up outside the count
     sites: Counter = Counter()
     count = 0
     original = warnings.showwarning
@@ -596,7 +581,7 @@ def table_loop(name, results) -> str:
                          f"{row.get('draft_lengths', '')}{paired}")
         lines.append(f"{batch} | (forward v(1) at ~{CONTEXT} ctx) | {result['forward_ms']:.2f} | | | | |")
         if "default_costs" in result:
-            lines.append(f"{batch} | (default policy's calibration) | {result['default_costs']} | | | | |")
+            lines.append(f"{batch} | (default policy's measured step costs) | {result['default_costs']} | | | | |")
     return "\n".join(lines)
 
 
@@ -686,7 +671,7 @@ def main() -> None:
                     result = default_vs_plain(target, drafters, batch, device, 2 if quick else args.reps,
                                               16 if quick else args.long, 4 if quick else args.short,
                                               skip=set(filter(None, args.skip.split(","))))
-                # Warnings of generate() during the section, e.g. the calibration's "Unfeasible length constraints"
+                # Warnings of generate() during the section, e.g. "Unfeasible length constraints"
                 result["warnings"] = dict(Counter(str(w.message)[:120] for w in caught if "synchroniz" not in str(w.message)))
                 result["forward_ms"] = forward_costs(target, batch, device, (1,), 10, CONTEXT)["hf"][1]
                 res["default"]["batches"][batch] = result

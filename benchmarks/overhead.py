@@ -9,10 +9,8 @@ order per repeat (paired):
   unrelated target.generate(drafter=<random-weight drafter>, gamma=<plain steps>)
   head      the same with the shipped EAGLE-3 head (it asks for hidden states every step)
   plain2    plain generate() timed again (A/A control)
-  unrelated-go, head-go the default with step costs under which no draft can pay: it lets the drafter go
-            before the first step, as it does wherever drafting cannot pay before a call's end
-where <plain steps> is calibration's private `_ClockedPolicy(num_drafts=0)`: every step drafts nothing, as the
-default does once it gave up on a drafter (the drafter stays, for probes). Run from the repo root with one core and one thread, e.g.
+where <plain steps> is the default with step costs pinned so that no draft pays and no probe is made: every step
+drafts nothing, as the default does once it let a drafter go (the drafter stays, for probes). Run from the repo root with one core and one thread, e.g.
   nice -n -15 taskset -c 1 python benchmarks/overhead.py --dtype bfloat16 --repeats 5
 """
 
@@ -30,7 +28,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
 from hf_specdec.cpu import describe
-from hf_specdec.calibration import StepCosts, _ClockedPolicy
+from hf_specdec.costs import StepCosts
 from hf_specdec.loading import load_drafter
 from hf_specdec.policy import CostAwareDraftPolicy
 from hf_specdec.smollm2 import load_smollm2
@@ -75,12 +73,9 @@ def main() -> None:
         spans.clear()
         if method.startswith("plain"):
             target.generate(**inputs, **settings)
-        elif method.endswith("-go"):  # no draft can pay: the drafter goes before the first step
-            never = CostAwareDraftPolicy(costs=StepCosts(draft_ms=1e6, target_ms={1: 1.0, 2: 2.0}))
-            target.generate(**inputs, drafter=drafters[method[:-3]], gamma=never, **settings)
         else:
-            policy = _ClockedPolicy(max_gamma=1, num_drafts=0)
-            target.generate(**inputs, drafter=drafters[method], gamma=policy, **settings)
+            never = CostAwareDraftPolicy(costs=StepCosts(verify_ms={1: 1.0, 2: 2.0}, draft_ms=1e6), exploration=0.0)
+            target.generate(**inputs, drafter=drafters[method], gamma=never, **settings)
         decode = spans[1:]
         gaps = [b[0] - a[1] for a, b in zip(decode, decode[1:])]
         periods = [b[0] - a[0] for a, b in zip(decode, decode[1:])]

@@ -4,15 +4,10 @@ from pathlib import Path
 
 import doc_links
 
-#: TEMPORARY: docs/policies.md is rewritten by a change in flight (the default policy and its costs); its links to
-#: measurement folders that benchmarks/ replaced are that rewrite's to drop. Delete this once it has landed.
-PENDING_REWRITE = ("docs/policies.md:",)
-
-
 def test_every_relative_link_and_anchor_in_the_docs_resolves():
     files = doc_links.doc_files()
     assert doc_links.REPO / "README.md" in files and doc_links.REPO / "docs" / "README.md" in files
-    assert [link for link in doc_links.broken_links(files) if not link.startswith(PENDING_REWRITE)] == []
+    assert doc_links.broken_links(files) == []
 
 
 def test_the_readme_links_nowhere_that_breaks_outside_the_repository():

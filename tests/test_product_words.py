@@ -21,14 +21,6 @@ ORGANISATION_WORDS = re.compile(
     r"\bissues?\s*#?\d+|issue\d+|\bsessions?[ -][a-z]\b(?![-'])|\blent\b", re.IGNORECASE
 )
 
-#: TEMPORARY: files another change in flight rewrites (the draft-length policy and its costs); it removes
-#: these words there. Delete this list once that change has landed: the test must then pass without it.
-PENDING_REWRITE = {
-    "hf_specdec/policy.py", "hf_specdec/calibration.py", "hf_specdec/tree_schedule.py", "hf_specdec/tree_loop.py",
-    "hf_specdec/loop.py", "tests/test_cost_policy.py", "tests/test_calibration.py", "tests/test_adaptive.py",
-    "tests/test_tree_schedule.py", "tests/test_tree_policy.py", "docs/policies.md",
-}
-
 #: This file: it holds the planted examples the check must find.
 THIS_FILE = "tests/test_product_words.py"
 
@@ -73,7 +65,7 @@ def test_no_product_file_says_how_the_work_was_organised():
     for path in _product_files():
         name = _relative(path)
         words = organisation_words(name)
-        if name not in PENDING_REWRITE and name != THIS_FILE:
+        if name != THIS_FILE:
             words += organisation_words(path.read_text(encoding="utf-8", errors="replace"))
         if words:
             found[name] = sorted(set(words))
@@ -83,7 +75,7 @@ def test_no_product_file_says_how_the_work_was_organised():
 def test_every_repository_path_named_in_code_and_tests_exists():
     missing = {}
     for path in _product_files():
-        if (path.suffix != ".py" and path.name != "Makefile") or _relative(path) in (*PENDING_REWRITE, THIS_FILE):
+        if (path.suffix != ".py" and path.name != "Makefile") or _relative(path) == THIS_FILE:
             continue
         for named in _REPO_PATH.findall(path.read_text(encoding="utf-8")):
             named = named.rstrip(".")
