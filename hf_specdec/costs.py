@@ -20,13 +20,17 @@ import torch
 
 #: Steps remembered per (part, kind, size): the estimate is their median, so a few slow steps move nothing.
 SAMPLES = 15
+#: A sample counts for this many of the setting's steps: a size that stopped being run (a plain step once drafting
+#: pays) is measured afresh when it would next be chosen, instead of deciding on what a busy moment once measured.
+WINDOW = 512
 
 
 class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
     for chains (a plain step is a chain of 0) and trees. Unmeasured sizes are priced from measured ones: a width
     between two measured ones linearly, beyond the widest along the last two (never cheaper), from one alone as that
-    one (optimistic, so that it gets tried); drafting at the cheapest measured ms per level. Widths beyond twice the
+    one (optimistic, so that it gets tried); drafting at the cheapest measured ms per level. A sample counts for the
+    setting's last WINDOW steps. Widths beyond twice the
     widest measured are not priced (None) until a narrower step has run: exploration grows by doubling, never into
     a forward many times the measured ones.
 
@@ -37,7 +41,8 @@ class StepCosts:
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
         self.pinned = verify_ms is not None  # pinned by hand, or frozen (`freeze`): `record` changes nothing
         self._lock = threading.Lock()
-        self._samples: dict[tuple, deque] = {}
+        self._samples: dict[tuple, deque] = {}  # (part, kind, size) -> (clock, ms) of its latest steps
+        self._clock = 0  # steps recorded
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
         if self.pinned:
             if 1 not in verify_ms:
@@ -51,13 +56,16 @@ class StepCosts:
         if self.pinned:
             return
         with self._lock:
-            median = dict(self._median)
+            self._clock += 1
             for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
-                if key[2] == 0:
-                    continue
-                samples = self._samples.setdefault(key, deque(maxlen=SAMPLES))
-                samples.append(ms)
-                median[key] = statistics.median(samples)
+                if key[2]:
+                    self._samples.setdefault(key, deque(maxlen=SAMPLES)).append((self._clock, ms))
+            median = {}
+            for key, samples in self._samples.items():
+                while samples and samples[0][0] <= self._clock - WINDOW:
+                    samples.popleft()
+                if samples:
+                    median[key] = statistics.median(ms for _, ms in samples)
             self._median = median
 
     def freeze(self) -> None:
@@ -109,24 +117,30 @@ _lock = threading.Lock()
 
 
 def _identity(drafter):
-    """The object whose compute a drafter's cost is (its model or head), so a new wrapper of the same model shares."""
+    """The object whose compute a drafter's cost is (its model or head), so a new wrapper of the same model shares;
+    for a drafter without one, its class and settings (`drafter="prompt_lookup"` makes a new object every call)."""
     for name in ("model", "head"):
         if getattr(drafter, name, None) is not None:
             return getattr(drafter, name)
-    return drafter
+    try:
+        return (type(drafter).__qualname__, tuple(sorted(vars(drafter).items())))
+    except TypeError:  # settings that do not hash: the object itself
+        return drafter
 
 
 def costs_for(target, drafter, device: torch.device, rows: int, do_sample: bool) -> StepCosts:
     """The StepCosts of this setting, made on first use and kept while the target and the drafter's model live."""
     identity = _identity(drafter)
-    key = (id(target), id(identity), str(device), str(target.dtype), rows, torch.get_num_threads(), bool(do_sample))
+    described = isinstance(identity, tuple)  # a class and settings: part of the key itself
+    key = (id(target), identity if described else id(identity), str(device), str(target.dtype), rows,
+           torch.get_num_threads(), bool(do_sample))
     with _lock:
         stored = _registry.get(key)
         if stored is not None and stored[0]() is target and (stored[1] is None or stored[1]() is identity):
             return stored[2]
         costs = StepCosts()
         try:
-            identity_ref = weakref.ref(identity)
+            identity_ref = None if described else weakref.ref(identity)
         except TypeError:
             identity_ref = None
         _registry[key] = (weakref.ref(target), identity_ref, costs)

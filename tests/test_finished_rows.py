@@ -183,6 +183,10 @@ def test_step_costs_are_kept_once_per_setting(target, partial_drafter):
     assert costs.costs_for(target, hf_specdec.ModelDrafter(partial_drafter), torch.device("cpu"), 2, False) is first
     assert costs.costs_for(target, drafter, torch.device("cpu"), 4, False) is not first
     assert costs.costs_for(target, drafter, torch.device("cpu"), 2, True) is not first
+    # A drafter without a model is known by its class and settings: "prompt_lookup" makes a new one every call.
+    lookup = costs.costs_for(target, hf_specdec.PromptLookupDrafter(), torch.device("cpu"), 2, False)
+    assert costs.costs_for(target, hf_specdec.PromptLookupDrafter(), torch.device("cpu"), 2, False) is lookup
+    assert costs.costs_for(target, hf_specdec.PromptLookupDrafter(4), torch.device("cpu"), 2, False) is not lookup
 
 
 class ScriptedSchedule(Schedule):
