@@ -7,10 +7,11 @@
 from hf_specdec.calibration import reset_calibration
 from hf_specdec.cpu import pack_linears, unpack_linears
 from hf_specdec.dispatch import install, is_installed, uninstall
-from hf_specdec.drafters import Drafter, FeatureDrafter, ModelDrafter, PromptLookupDrafter
+from hf_specdec.drafters import Drafter, EarlyExit, FeatureDrafter, ModelDrafter, PromptLookupDrafter
 from hf_specdec.errors import (
     CheckpointNotFoundError,
     DrafterLoadError,
+    EarlyExitError,
     EngineBackendError,
     EngineWeightsError,
     HeldOutLeakError,
@@ -52,6 +53,8 @@ __all__ = [
     "DraftPolicy",
     "Drafter",
     "DrafterLoadError",
+    "EarlyExit",
+    "EarlyExitError",
     "EngineBackendError",
     "EngineWeightsError",
     "FeatureDrafter",

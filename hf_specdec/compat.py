@@ -33,6 +33,14 @@ CACHE_KWARG = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ 
 CONFLICTING_KWARGS = ("assistant_model", "assistant_tokenizer", "prompt_lookup_num_tokens", "assistant_early_exit")
 
 
+#: What to pass instead of transformers' assisted-decoding keywords, where hf_specdec has its own.
+_OUR_NAME = {
+    "assistant_tokenizer": "pass the drafter's tokenizer as `drafter_tokenizer=` (with the target's as `tokenizer=`), "
+                           "which translates drafts between the two vocabularies.",
+    "assistant_early_exit": "draft with the target's first k layers as `drafter=hf_specdec.EarlyExit(k)`.",
+}
+
+
 def check_gamma(gamma: Any) -> DraftPolicy:
     """The DraftPolicy that `gamma=` stands for: None (not given: CostAwareDraftPolicy()), a positive int,
     "auto" or a DraftPolicy instance."""
@@ -60,7 +68,7 @@ def check_request(target: PreTrainedModel, kwargs: dict[str, Any], streamer: Any
         if kwargs.get(name) is not None:
             raise UnsupportedGenerationError(
                 f"`{name}` selects transformers' own assisted decoding and cannot be combined with `drafter=`; "
-                "pass one of them."
+                f"{_OUR_NAME.get(name, 'pass one of them.')}"
             )
     inputs = kwargs.get("input_ids", kwargs.get("inputs"))
     if streamer is not None and isinstance(inputs, torch.Tensor) and inputs.dim() == 2 and inputs.shape[0] > 1:
@@ -94,7 +102,7 @@ def check_generation_config(
     if config.prompt_lookup_num_tokens is not None or getattr(config, "assistant_early_exit", None) is not None:
         raise UnsupportedGenerationError(
             "the generation config asks for transformers' assisted decoding (prompt_lookup_num_tokens / "
-            "assistant_early_exit); unset it or use drafter='prompt_lookup'."
+            "assistant_early_exit); unset it, and use drafter='prompt_lookup' or drafter=hf_specdec.EarlyExit(k)."
         )
     mode = config.get_generation_mode()
     if mode.name not in ("GREEDY_SEARCH", "SAMPLE"):  # the loop would decode greedily instead of what was asked

@@ -7,6 +7,7 @@ import os
 from transformers import PreTrainedModel
 
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, StatelessDrafter, TargetFeatures
+from hf_specdec.drafters.early_exit import EarlyExit
 from hf_specdec.drafters.feature import FeatureDrafter
 from hf_specdec.drafters.model import ModelDrafter
 from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter
@@ -16,6 +17,7 @@ __all__ = [
     "DraftContext",
     "DraftSession",
     "Drafter",
+    "EarlyExit",
     "FeatureDrafter",
     "ModelDrafter",
     "PromptLookupDrafter",
