@@ -7,7 +7,7 @@
 from hf_specdec.calibration import reset_calibration
 from hf_specdec.cpu import pack_linears, unpack_linears
 from hf_specdec.dispatch import install, is_installed, uninstall
-from hf_specdec.drafters import Drafter, EarlyExit, FeatureDrafter, ModelDrafter, PromptLookupDrafter
+from hf_specdec.drafters import Drafter, EarlyExit, FeatureDrafter, ModelDrafter, PromptLookupDrafter, TranslatedDrafter
 from hf_specdec.errors import (
     CheckpointNotFoundError,
     DrafterLoadError,
@@ -72,6 +72,7 @@ __all__ = [
     "SpeculativeError",
     "SpeculativeStats",
     "TokenizerMismatchError",
+    "TranslatedDrafter",
     "TreeDraftPolicy",
     "UnknownQuantizationError",
     "UnsupportedGenerationError",

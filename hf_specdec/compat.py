@@ -217,8 +217,9 @@ def check_special_tokens(target: PreTrainedModel, drafter: PreTrainedModel) -> N
             t_value, d_value = _eos_set(t_value), _eos_set(d_value)
         if t_value is not None and d_value is not None and t_value != d_value:
             raise SpecialTokenMismatchError(
-                f"{name} differs: target {t_value}, drafter {d_value}. The drafter must use the target's "
-                f"tokenizer; if it does, set drafter.generation_config.{name} to the target's value."
+                f"{name} differs: target {t_value}, drafter {d_value}. If the drafter uses another tokenizer, pass "
+                "it as `drafter_tokenizer=` (with the target's as `tokenizer=`), and its drafts are translated; if "
+                f"it uses the target's, set drafter.generation_config.{name} to the target's value."
             )
 
 
@@ -269,13 +270,15 @@ def check_model_pair(
         if tokenizer is None:
             raise VocabMismatchError(
                 f"LM head widths differ (target {target_width}, drafter {drafter_width}). If one head is only "
-                "padded, pass `tokenizer=` so hf_specdec can check that both cover every token id; otherwise "
-                "the drafter uses another vocabulary and cannot be used."
+                "padded, pass `tokenizer=` so hf_specdec can check that both cover every token id; if the drafter "
+                "uses another vocabulary, pass its tokenizer as `drafter_tokenizer=` with the target's as "
+                "`tokenizer=`, and its drafts are translated."
             )
         if len(tokenizer) > shared:
             raise VocabMismatchError(
                 f"the tokenizer has {len(tokenizer)} ids but the smaller LM head scores only {shared} "
-                f"(target {target_width}, drafter {drafter_width}): different vocabularies."
+                f"(target {target_width}, drafter {drafter_width}): different vocabularies. Pass the drafter's "
+                "tokenizer as `drafter_tokenizer=`, and its drafts are translated."
             )
     elif tokenizer is not None and len(tokenizer) > shared:
         raise VocabMismatchError(

@@ -11,6 +11,7 @@ from hf_specdec.drafters.early_exit import EarlyExit
 from hf_specdec.drafters.feature import FeatureDrafter
 from hf_specdec.drafters.model import ModelDrafter
 from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter
+from hf_specdec.drafters.translated import TranslatedDrafter
 
 __all__ = [
     "Draft",
@@ -23,6 +24,7 @@ __all__ = [
     "PromptLookupDrafter",
     "StatelessDrafter",
     "TargetFeatures",
+    "TranslatedDrafter",
     "resolve_drafter",
 ]
 
