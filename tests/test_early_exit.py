@@ -140,3 +140,17 @@ def test_transformers_keywords_name_ours(name, value, ours):
     input_ids, mask = tiny_models.prompts(1, seed=0)
     with pytest.raises(hf_specdec.UnsupportedGenerationError, match=ours):
         greedy(model, input_ids, mask, drafter=hf_specdec.EarlyExit(1), **{name: value})
+
+
+def test_pipeline_takes_early_exit():
+    from transformers import pipeline
+
+    import _tiny
+
+    model = tiny_models.llama(seed=0, layers=3)
+    pipe = pipeline("text-generation", model=model, tokenizer=_tiny.chat_tokenizer())
+    options = {"max_new_tokens": 12, "do_sample": False, "return_tensors": True}
+    prompts = ["w5 w6 w7", "w9 w10"]
+    expected = pipe(prompts, batch_size=2, **options)
+    got = pipe(prompts, batch_size=2, drafter=hf_specdec.EarlyExit(2), gamma=3, **options)
+    assert [out[0]["generated_token_ids"] for out in got] == [out[0]["generated_token_ids"] for out in expected]

@@ -122,7 +122,8 @@ def translate_draft(
         ids, offsets, shift = encoded["input_ids"], encoded["offset_mapping"], 0
     kept = []
     for token, (_, end) in zip(ids, offsets):
-        if end - shift > sure_end:
+        # A token ending where the text was cut at a broken character may be the start of a longer one.
+        if end - shift > sure_end or (broken >= 0 and end - shift >= broken):
             break
         kept.append(token)
     return kept
@@ -205,7 +206,8 @@ class TranslatedDraftSession(DraftSession):
         self.drafter_bos = drafter.drafter_tokenizer.bos_token_id
         eos = compat._eos_set(target.generation_config.eos_token_id)
         self.target_eos = min(eos) if eos else None
-        self.drafter_eos = {int(i) for i in (vocab.to_target == self.target_eos).nonzero().squeeze(1).tolist()}
+        self.drafter_eos = set() if self.target_eos is None else set(
+            (vocab.to_target == self.target_eos).nonzero().squeeze(1).tolist())
         if drafter.drafter_tokenizer.eos_token_id is not None:
             self.drafter_eos.add(drafter.drafter_tokenizer.eos_token_id)
         self.drafter_size = len(drafter.drafter_tokenizer)
