@@ -83,6 +83,10 @@ def regathered(model, old_ids: torch.Tensor, tokenizer=None):
         new_head.weight.copy_(head.weight[old_ids])
     clone.set_output_embeddings(new_head)
     clone.config.get_text_config().vocab_size = len(old_ids)
+    subset = getattr(clone.config, "hf_specdec_vocab_subset", None)
+    if subset is not None:  # a reduced head's token ids, renumbered (those the new vocabulary lost are dropped)
+        new_of_old = {int(old): new for new, old in enumerate(old_ids.tolist())}
+        clone.config.hf_specdec_vocab_subset = sorted(new_of_old[old] for old in subset if old in new_of_old)
     if tokenizer is not None:
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             setattr(clone.generation_config, name, getattr(tokenizer, name))

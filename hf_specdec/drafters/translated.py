@@ -146,6 +146,7 @@ class TranslatedDrafter(Drafter):
 
     def __init__(self, model: PreTrainedModel, drafter_tokenizer, tokenizer):
         self.model = model
+        self.vocab_subset = ModelDrafter(model).vocab_subset  # a reduced head (`hf_specdec_vocab_subset`), or None
         self.drafter_tokenizer = drafter_tokenizer
         self.tokenizer = tokenizer
 
@@ -180,7 +181,8 @@ class TranslatedDrafter(Drafter):
         return target.config.get_text_config().vocab_size
 
     def start(self, target, batch_size: int, device: torch.device) -> "TranslatedDraftSession":
-        return TranslatedDraftSession(self, self.vocab_map(target), CachedModel(self.model, batch_size, device), target)
+        cached = CachedModel(self.model, batch_size, device, vocab_subset=self.vocab_subset)
+        return TranslatedDraftSession(self, self.vocab_map(target), cached, target)
 
 
 def for_tokenizers(drafter: Drafter, tokenizer, drafter_tokenizer) -> Drafter:
