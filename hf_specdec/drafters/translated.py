@@ -142,8 +142,6 @@ class TranslatedDrafter(Drafter):
     verifies exactly. generate() builds one when `drafter_tokenizer=` and `tokenizer=` differ (`for_tokenizers`).
     """
 
-    drafts_trees = False
-
     def __init__(self, model: PreTrainedModel, drafter_tokenizer, tokenizer):
         self.model = model
         self.vocab_subset = ModelDrafter(model).vocab_subset  # a reduced head (`hf_specdec_vocab_subset`), or None
