@@ -154,3 +154,18 @@ def test_pipeline_takes_early_exit():
     expected = pipe(prompts, batch_size=2, **options)
     got = pipe(prompts, batch_size=2, drafter=hf_specdec.EarlyExit(2), gamma=3, **options)
     assert [out[0]["generated_token_ids"] for out in got] == [out[0]["generated_token_ids"] for out in expected]
+
+
+@pytest.mark.parametrize("model_type, reason", [("gemma4_text", "once per decoder layer"),
+                                                ("gemma3n_text", "shares key/value caches")])
+def test_layers_that_need_the_others_are_refused_before_any_forward(model_type, reason):
+    # Found by running EarlyExit(1) over the architecture zoo: Gemma 4 crashed mid-call before its check.
+    import arch_zoo
+
+    model = arch_zoo.build(model_type, 0)
+    calls = []
+    model.register_forward_hook(lambda *args: calls.append(1))
+    input_ids, mask = tiny_models.prompts(2, seed=3)
+    with pytest.raises(hf_specdec.EarlyExitError, match=reason):
+        greedy(model, input_ids, mask, drafter=hf_specdec.EarlyExit(1), gamma=3)
+    assert not calls

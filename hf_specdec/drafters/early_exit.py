@@ -70,6 +70,9 @@ def decoder_layers(model: PreTrainedModel) -> tuple[str, nn.Module, str]:
     if getattr(text_config, "num_kv_shared_layers", 0):  # later layers read earlier layers' caches
         raise EarlyExitError(f"{name} shares key/value caches between layers; its first layers cannot run alone. "
                              "Use another drafter.")
+    if getattr(text_config, "hidden_size_per_layer_input", 0):  # embeddings made for every layer (Gemma 3n, 4)
+        raise EarlyExitError(f"{name} embeds each token once per decoder layer, sized by its layer count, so its "
+                             "first layers cannot run alone; use another drafter.")
     return path, decoder, lists[0]
 
 
