@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/early_exit.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    measured_commit = commit()  # the code that runs, whatever is committed meanwhile
     rows = []
     for dtype_name in args.dtypes:
         target, tokenizer = load_smollm2(DTYPES[dtype_name])
@@ -91,7 +92,7 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    result = {"date": stamp, "commit": commit(), "machine": machine(), "threads": 1, "prompts": args.prompts,
+    result = {"date": stamp, "commit": measured_commit, "machine": machine(), "threads": 1, "prompts": args.prompts,
               "max_new_tokens": args.max_new_tokens, "rows": rows}
     with open(args.out, "w") as file:
         json.dump(result, file, indent=1)
