@@ -196,3 +196,17 @@ def test_translation_boundaries(smollm2_tokenizer):
     emoji = ids(" 🎨")
     assert translate(" paint", emoji[:1], 1) == [] and translate(" paint", emoji[:2], 2) == []
     assert translate(" paint", emoji, len(emoji)) == emoji
+
+
+def test_one_translated_drafter_serves_concurrent_calls_exactly(target, tokenizer, partial_drafter):
+    # Two threads, four calls each, on one TranslatedDrafter (its vocabulary map built by whichever call comes first).
+    from test_threads import _run_concurrently
+
+    drafter, drafter_tokenizer = renumbered(partial_drafter, tokenizer)
+    translated = hf_specdec.TranslatedDrafter(drafter, drafter_tokenizer, tokenizer)
+    jobs = list(range(8))
+    prompts = {job: tiny_models.prompts(2, seed=job) for job in jobs}
+    results = _run_concurrently(lambda job: greedy(target, *prompts[job], drafter=translated, gamma=3),
+                                [jobs[:4], jobs[4:]])
+    for job in jobs:
+        assert torch.equal(results[job], greedy(target, *prompts[job]))
