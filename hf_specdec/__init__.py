@@ -7,10 +7,11 @@
 from hf_specdec.costs import reset_costs
 from hf_specdec.cpu import pack_linears, unpack_linears
 from hf_specdec.dispatch import install, is_installed, uninstall
-from hf_specdec.drafters import Drafter, FeatureDrafter, ModelDrafter, PromptLookupDrafter
+from hf_specdec.drafters import Drafter, EarlyExit, FeatureDrafter, ModelDrafter, PromptLookupDrafter, TranslatedDrafter
 from hf_specdec.errors import (
     CheckpointNotFoundError,
     DrafterLoadError,
+    EarlyExitError,
     EngineBackendError,
     EngineWeightsError,
     HeldOutLeakError,
@@ -60,6 +61,8 @@ __all__ = [
     "DraftPolicy",
     "Drafter",
     "DrafterLoadError",
+    "EarlyExit",
+    "EarlyExitError",
     "EngineBackendError",
     "EngineWeightsError",
     "FeatureDrafter",
@@ -77,6 +80,7 @@ __all__ = [
     "SpeculativeError",
     "SpeculativeStats",
     "TokenizerMismatchError",
+    "TranslatedDrafter",
     "TreeDraftPolicy",
     "UnknownQuantizationError",
     "UnsupportedGenerationError",

@@ -33,6 +33,14 @@ CACHE_KWARG = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ 
 CONFLICTING_KWARGS = ("assistant_model", "assistant_tokenizer", "prompt_lookup_num_tokens", "assistant_early_exit")
 
 
+#: What to pass instead of transformers' assisted-decoding keywords, where hf_specdec has its own.
+_OUR_NAME = {
+    "assistant_tokenizer": "pass the drafter's tokenizer as `drafter_tokenizer=` (with the target's as `tokenizer=`), "
+                           "which translates drafts between the two vocabularies.",
+    "assistant_early_exit": "draft with the target's first k layers as `drafter=hf_specdec.EarlyExit(k)`.",
+}
+
+
 def check_gamma(gamma: Any) -> DraftPolicy:
     """The DraftPolicy that `gamma=` stands for: None (not given: CostAwareDraftPolicy()), a positive int,
     "auto" or a DraftPolicy instance."""
@@ -60,7 +68,7 @@ def check_request(target: PreTrainedModel, kwargs: dict[str, Any], streamer: Any
         if kwargs.get(name) is not None:
             raise UnsupportedGenerationError(
                 f"`{name}` selects transformers' own assisted decoding and cannot be combined with `drafter=`; "
-                "pass one of them."
+                f"{_OUR_NAME.get(name, 'pass one of them.')}"
             )
     inputs = kwargs.get("input_ids", kwargs.get("inputs"))
     if streamer is not None and isinstance(inputs, torch.Tensor) and inputs.dim() == 2 and inputs.shape[0] > 1:
@@ -94,7 +102,7 @@ def check_generation_config(
     if config.prompt_lookup_num_tokens is not None or getattr(config, "assistant_early_exit", None) is not None:
         raise UnsupportedGenerationError(
             "the generation config asks for transformers' assisted decoding (prompt_lookup_num_tokens / "
-            "assistant_early_exit); unset it or use drafter='prompt_lookup'."
+            "assistant_early_exit); unset it, and use drafter='prompt_lookup' or drafter=hf_specdec.EarlyExit(k)."
         )
     mode = config.get_generation_mode()
     if mode.name not in ("GREEDY_SEARCH", "SAMPLE"):  # the loop would decode greedily instead of what was asked
@@ -209,8 +217,9 @@ def check_special_tokens(target: PreTrainedModel, drafter: PreTrainedModel) -> N
             t_value, d_value = _eos_set(t_value), _eos_set(d_value)
         if t_value is not None and d_value is not None and t_value != d_value:
             raise SpecialTokenMismatchError(
-                f"{name} differs: target {t_value}, drafter {d_value}. The drafter must use the target's "
-                f"tokenizer; if it does, set drafter.generation_config.{name} to the target's value."
+                f"{name} differs: target {t_value}, drafter {d_value}. If the drafter uses another tokenizer, pass "
+                "it as `drafter_tokenizer=` (with the target's as `tokenizer=`), and its drafts are translated; if "
+                f"it uses the target's, set drafter.generation_config.{name} to the target's value."
             )
 
 
@@ -261,13 +270,15 @@ def check_model_pair(
         if tokenizer is None:
             raise VocabMismatchError(
                 f"LM head widths differ (target {target_width}, drafter {drafter_width}). If one head is only "
-                "padded, pass `tokenizer=` so hf_specdec can check that both cover every token id; otherwise "
-                "the drafter uses another vocabulary and cannot be used."
+                "padded, pass `tokenizer=` so hf_specdec can check that both cover every token id; if the drafter "
+                "uses another vocabulary, pass its tokenizer as `drafter_tokenizer=` with the target's as "
+                "`tokenizer=`, and its drafts are translated."
             )
         if len(tokenizer) > shared:
             raise VocabMismatchError(
                 f"the tokenizer has {len(tokenizer)} ids but the smaller LM head scores only {shared} "
-                f"(target {target_width}, drafter {drafter_width}): different vocabularies."
+                f"(target {target_width}, drafter {drafter_width}): different vocabularies. Pass the drafter's "
+                "tokenizer as `drafter_tokenizer=`, and its drafts are translated."
             )
     elif tokenizer is not None and len(tokenizer) > shared:
         raise VocabMismatchError(

@@ -15,6 +15,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from hf_specdec import attention, compat, pipelines
 from hf_specdec.drafters import resolve_drafter
+from hf_specdec.drafters.translated import for_tokenizers
 from hf_specdec.errors import InvalidInputError, UnsupportedModelError
 from hf_specdec.loop import speculative_decode
 
@@ -43,6 +44,7 @@ def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs
     # custom_generate callables do not receive the tokenizer, so stop strings would fail inside
     # generate(); build their criterion here from the same tokenizer instead.
     tokenizer = kwargs.pop("tokenizer", None)
+    drafter = for_tokenizers(drafter, tokenizer, spec.get("drafter_tokenizer"))  # another vocabulary: translated
     config = kwargs.get("generation_config") or target.generation_config
     stop_strings = kwargs.pop("stop_strings", None) or config.stop_strings
     if stop_strings is not None:

@@ -25,6 +25,11 @@ class TokenizerMismatchError(IncompatibleDrafterError):
     """The tokenizers given for drafter and target differ in class or vocabulary map."""
 
 
+class EarlyExitError(IncompatibleDrafterError):
+    """`EarlyExit(k)` with a k the target cannot serve (k < 1, k >= its layer count) or a target whose final norm
+    and LM head cannot be separated from its layers."""
+
+
 class MaxLengthError(IncompatibleDrafterError):
     """The requested length does not fit in the drafter's (or target's) position embeddings."""
 

