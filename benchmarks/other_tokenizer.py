@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--out", default="benchmarks/other_tokenizer.json")
+    parser.add_argument("--out", default="benchmarks/data/other_tokenizer.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     measured_commit = commit()  # the code that runs, whatever is committed meanwhile
