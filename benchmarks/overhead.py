@@ -91,7 +91,7 @@ def main() -> None:
     print("batch method     overhead_ms  forward_ms  overhead/forward  step_ms  (medians over repeats)")
     for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
         (inputs,) = batches(prompts[:batch_size], batch_size, tokenizer.pad_token_id)
-        for method in methods:  # warm-up (and the masks' calibration)
+        for method in methods:  # warm-up
             call(method, inputs)
         results = {method: [] for method in methods}
         order = list(methods)

@@ -14,6 +14,7 @@ import torch
 import hf_specdec  # noqa: F401  (installs the drafter= keyword)
 import tiny_models
 from hf_specdec import steps, verify
+from hf_specdec.costs import StepCosts
 from joint_util import sample_continuations
 from stats_util import fits
 
@@ -107,3 +108,66 @@ def test_negative_controls_fail(pair, monkeypatch, wrong):
     kwargs = SETTINGS["top_k"]
     monkeypatch.setattr(steps, "verify_stochastic", wrong)
     assert not fits(speculative_counts(target, drafter, kwargs), exact_joint(target, kwargs))
+
+
+class _Alternating(hf_specdec.DraftPolicy):
+    """A chain of one draft, then a 2/2/3 tree, then a chain again, ...: the loop switches step kinds between steps,
+    as the default may."""
+
+    def start(self, batch_size, device, **call):
+        from hf_specdec.policy import Schedule
+
+        policy = self
+
+        class Alternate(Schedule):
+            def __init__(self):
+                super().__init__(policy, batch_size, device)
+                self.max_width, self.max_rank, self.max_depth = 4, 2, 2
+
+            def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None):
+                self.tree = None if self.tree is not None else hf_specdec.TreeDraftPolicy(top_k=2, max_depth=2,
+                                                                                          max_nodes=3)
+
+        return Alternate()
+
+
+# The default with costs under which trees pay (width free) and under which short chains do.
+WIDTH_FREE = hf_specdec.CostAwareDraftPolicy(costs=StepCosts(verify_ms={1: 20.0, 5: 20.2, 9: 20.4, 17: 20.6, 33: 21.0},
+                                                             draft_ms=0.2))
+WIDTH_DEAR = hf_specdec.CostAwareDraftPolicy(costs=StepCosts(verify_ms={1: 20.0, 2: 22.0, 3: 26.0, 5: 40.0},
+                                                             draft_ms=1.0))
+
+
+@pytest.mark.parametrize("policy", [_Alternating(max_gamma=2), WIDTH_FREE, WIDTH_DEAR],
+                         ids=["chains-and-trees-alternating", "default-width-free", "default-width-dear"])
+def test_joint_distribution_when_the_shape_changes_between_steps(pair, policy):
+    target, drafter = pair
+    kwargs = SETTINGS["top_k"]
+    tokens, stats = sample_continuations(target, PROMPT, drafter, policy, num_samples=N, num_tokens=4, seed=3,
+                                         **kwargs)
+    assert int(stats.drafted.sum()) > N  # drafting steps happened after the prefill
+    trees = stats.tree_size_histogram is not None and int(stats.tree_size_histogram[:, 1:].sum()) > 0
+    assert trees == (policy is not WIDTH_DEAR)  # the alternating script and the width-free default drafted trees
+    codes = (tokens[:, :NEW] * torch.tensor([VOCAB**2, VOCAB, 1])).sum(dim=1)
+    assert fits(torch.bincount(codes, minlength=VOCAB**NEW), exact_joint(target, kwargs))
+
+
+def _first_child_always(tokens, parents, target_probs, generator):
+    """A wrong tree rule: the first child of the root is accepted whatever the target says."""
+    verdict = verify.verify_tree_stochastic(tokens, parents, target_probs, generator)
+    first = torch.where(parents[:, 1:2] == 0, 1, -1)  # [batch, 1] node 1 if it hangs off the root
+    path = torch.cat([first, torch.full_like(verdict.path[:, 1:], -1)], dim=1)
+    accepted = (first[:, 0] > 0).long()
+    committed = verdict.committed.clone()
+    committed[:, 0] = torch.where(accepted > 0, tokens[:, 1], committed[:, 0])
+    committed[:, 1] = torch.where(accepted > 0, target_probs[:, 1].argmax(dim=-1), committed[:, 1])
+    return verify.TreeVerdict(committed, accepted, path)
+
+
+def test_negative_control_fails_when_the_default_runs_trees(pair, monkeypatch):
+    target, drafter = pair
+    kwargs = SETTINGS["top_k"]
+    monkeypatch.setattr(steps, "verify_tree_stochastic", _first_child_always)
+    tokens, _ = sample_continuations(target, PROMPT, drafter, WIDTH_FREE, num_samples=N, num_tokens=4, seed=3, **kwargs)
+    codes = (tokens[:, :NEW] * torch.tensor([VOCAB**2, VOCAB, 1])).sum(dim=1)
+    assert not fits(torch.bincount(codes, minlength=VOCAB**NEW), exact_joint(target, kwargs))
