@@ -153,7 +153,9 @@ def speculative_decode(
         if tree is not None:
             step = tree_step(call, sequences, pad_lens, lens, active, room, tree, schedule.max_rank, keep_scores)
         else:
-            extra = PROMPT_POSITIONS if prefill and session is not None and schedule.wants_prior else 0
+            extra = 0
+            if prefill and session is not None and schedule.wants_prior:  # never widen the prefill's chunk: a model
+                extra = min(PROMPT_POSITIONS, int((lens - pad_lens).max()) - 1)  # placing tokens itself would shift
             step = chain_step(call, sequences, pad_lens, lens, active, left, num_draft, no_draft, keep_scores,
                               caught_up=not prefill, extra_logits=extra)
 
@@ -190,7 +192,7 @@ def speculative_decode(
             schedule.update(active, step.num_drafted, step.num_accepted, step.outcomes, step.width > 1, left)
             if prefill and step.prompt_logits is not None and step.prompt_logits.shape[1]:
                 ctx = DraftContext(sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process)
-                guess = session.score_prompt(ctx, PROMPT_POSITIONS)
+                guess = session.score_prompt(ctx, step.prompt_logits.shape[1])
                 if guess is not None:
                     schedule.set_prior(agreement(step.prompt_logits, *guess, pad_lens, lens, do_sample,
                                                  generation_config.temperature if do_sample else 1.0))
