@@ -9,6 +9,7 @@ the output. The default's decision is a pure function (`best_shape`) of acceptan
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -268,18 +269,22 @@ class AdaptiveSchedule(Schedule):
         self.prior = torch.where(agreement.isnan(), self.prior, agreement.clamp(min=floor))
         self._plan(self.policy.exploration)
 
-    def alphas(self, optimism: float = 0.0) -> torch.Tensor:
-        """[batch, depth]: each row's estimated acceptance of a rank-1 draft at each depth once the ones before it were
-        accepted; depth d's prior is depth d - 1's estimate, depth 1's the row's prior plus `optimism` times the bonus."""
-        bonus = optimism * torch.sqrt(math.log(1 + self.steps) / (self.tried + PRIOR_WEIGHT))  # [batch]
-        estimate = self.prior
-        out = []
-        for depth in range(self.max_depth):
-            estimate = (self.hits[:, depth] + PRIOR_WEIGHT * estimate) / (self.trials[:, depth] + PRIOR_WEIGHT)
-            if depth == 0:
-                estimate = (estimate + bonus).clamp(max=1.0)
-            out.append(estimate)
-        return torch.stack(out, dim=1)
+    def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
+        """[rows][depth] (the `rows` selected, [batch] bool; all by default): each row's estimated acceptance of a
+        rank-1 draft at each depth once the ones before it were accepted; depth d's prior is depth d - 1's estimate,
+        depth 1's the row's prior plus `optimism` times the bonus. Plain floats: this runs before every step."""
+        pick = (lambda t: t) if rows is None else (lambda t: t[rows])
+        hits, trials = pick(self.hits).tolist(), pick(self.trials).tolist()
+        out, log_steps = [], math.log1p(self.steps)
+        for row_hits, row_trials, prior, tried in zip(hits, trials, pick(self.prior).tolist(), pick(self.tried).tolist()):
+            estimate, row = prior, []
+            for depth, (hit, trial) in enumerate(zip(row_hits, row_trials)):
+                estimate = (hit + PRIOR_WEIGHT * estimate) / (trial + PRIOR_WEIGHT)
+                if depth == 0:
+                    estimate = min(1.0, estimate + optimism * math.sqrt(log_steps / (tried + PRIOR_WEIGHT)))
+                row.append(estimate)
+            out.append(row)
+        return out
 
     def ranks(self) -> list[float]:
         """Acceptance of a tree node's k-th child (k >= 2) once the better ones were rejected, pooled over rows."""
@@ -330,45 +335,61 @@ class AdaptiveSchedule(Schedule):
         if not bool(rows.any()):
             return None
         gain = self.policy.min_gain if int(rows.sum()) == 1 else self.policy.batch_gain
-        return best_shape(self.alphas(optimism)[rows], self.ranks(), self.costs.estimate, self.menu, gain)
+        return best_shape(self.alphas(optimism, rows), self.ranks(), self.costs.estimate, self.menu, gain)
 
     def drafting_pays(self, active: torch.Tensor) -> bool:
         return self._best(active.cpu(), optimism=0.0) is not None
 
 
-def expected_tokens(alphas: torch.Tensor, ranks: list[float], shape: Shape) -> torch.Tensor:
-    """[rows]: tokens a step of `shape` commits on average per row, the bonus token included: 1 + the sum over its
-    nodes of the product of acceptances along the node's path (a rank-1 child at depth d: alphas[:, d - 1]; a rank-k
-    child: ranks[k - 2]). For a chain 1 + a1 + a1 a2 + ... (Leviathan et al.); for a tree the `nodes` most valuable
-    nodes, which a best-first expansion finds (a child is never worth more than its parent)."""
+def expected_tokens(alphas, ranks: list[float], shape: Shape) -> list[float]:
+    """Per row of `alphas` ([rows][depth] floats, or a tensor): tokens a step of `shape` commits on average, the bonus
+    token included: 1 + the sum over its nodes of the product of acceptances along the node's path (a rank-1 child at
+    depth d: alphas[row][d - 1]; a rank-k child: ranks[k - 2]). For a chain 1 + a1 + a1 a2 + ... (Leviathan et al.);
+    for a tree the `nodes` most valuable nodes, which a best-first expansion finds (a child is never worth more than
+    its parent), priced on the rows' mean: one tree shape serves every row."""
+    alphas = alphas.tolist() if isinstance(alphas, torch.Tensor) else alphas
     if shape.top_k == 0:
-        return 1 + alphas[:, : shape.depth].cumprod(dim=1).sum(dim=1)
-    mean = alphas.mean(dim=0).tolist()  # trees are priced on the rows' mean: one tree shape serves every row
+        out = []
+        for row in alphas:
+            tokens = path = 1.0
+            for alpha in row[: shape.depth]:
+                path *= alpha
+                tokens += path
+            out.append(tokens)
+        return out
+    mean = [sum(column) / len(alphas) for column in zip(*alphas)]
+    return [_tree_tokens(tuple(round(a, 3) for a in mean), tuple(round(r, 3) for r in ranks), shape)] * len(alphas)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tree_tokens(mean: tuple[float, ...], ranks: tuple[float, ...], shape: Shape) -> float:
+    """`expected_tokens` of a tree shape on the rows' mean acceptances (cached: the estimates move slowly)."""
     values, frontier = [], [(-mean[0], 1)] + [(-rank, 1) for rank in ranks[: shape.top_k - 1]]
     heapq.heapify(frontier)
     while frontier and len(values) < shape.nodes:
         value, depth = heapq.heappop(frontier)
         values.append(-value)
         if depth < shape.depth:
-            children = [mean[min(depth, len(mean) - 1)]] + ranks[: shape.top_k - 1]
-            for child in children:
+            for child in (mean[min(depth, len(mean) - 1)], *ranks[: shape.top_k - 1]):
                 heapq.heappush(frontier, (value * child, depth + 1))
-    return torch.full((alphas.shape[0],), 1.0 + sum(values), dtype=torch.float64)
+    return 1.0 + sum(values)
 
 
-def best_shape(alphas: torch.Tensor, ranks: list[float], cost_ms, menu: tuple[Shape, ...], gain: float) -> Shape | None:
+def best_shape(alphas, ranks: list[float], cost_ms, menu: tuple[Shape, ...], gain: float) -> Shape | None:
     """The shape of `menu` (None: a plain step) with the most committed tokens per millisecond for rows whose
-    acceptances are `alphas` ([rows, depth]) and tree ranks `ranks`, where `cost_ms(shape)` is a step's cost (None:
+    acceptances are `alphas` ([rows][depth]) and tree ranks `ranks`, where `cost_ms(shape)` is a step's cost (None:
     not priced yet, so not chosen). A batch waits for its slowest row, so its tokens per step are the rows' harmonic
     mean, times the rows. Shapes are taken from the cheapest; each must beat the best so far by `gain`."""
+    alphas = alphas.tolist() if isinstance(alphas, torch.Tensor) else alphas
     plain_ms = cost_ms(None)
     if plain_ms is None:
         return None
-    best, best_rate = None, alphas.shape[0] / plain_ms
+    rows = len(alphas)
+    best, best_rate = None, rows / plain_ms
     priced = [(ms, shape) for shape in menu if (ms := cost_ms(shape)) is not None]
     for ms, shape in sorted(priced, key=lambda pair: pair[0]):
         tokens = expected_tokens(alphas, ranks, shape)
-        rate = alphas.shape[0] / float((1 / tokens).sum()) * alphas.shape[0] / ms
+        rate = rows * rows / sum(1 / t for t in tokens) / ms
         if rate > best_rate * (1 + gain):
             best, best_rate = shape, rate
     return best

@@ -152,10 +152,10 @@ def test_step_costs_interpolate_extrapolate_and_cap():
 
 def test_expected_tokens_of_chains_and_trees():
     alphas = torch.tensor([[0.5, 0.5, 0.5], [1.0, 0.0, 0.0]], dtype=torch.float64)
-    assert expected_tokens(alphas, [], Shape(0, 3, 3)).tolist() == [1.875, 2.0]
+    assert expected_tokens(alphas, [], Shape(0, 3, 3)) == [1.875, 2.0]
     # One row at 0.5 per depth, 2nd child 0.3: nodes 0.5, 0.3 (depth 1), 0.25, 0.15 (depth 2, under the best).
     tree = expected_tokens(alphas[:1], [0.3], Shape(2, 2, 4))
-    assert tree.item() == pytest.approx(1 + 0.5 + 0.3 + 0.25 + 0.15)
+    assert tree == pytest.approx([1 + 0.5 + 0.3 + 0.25 + 0.15])
     # The rows' harmonic mean: a batch waits for its slowest row (their plain mean, 2.22 tokens, would draft 3).
     costs = lambda shape: 10.0 if shape is None else 10.0 + 3 * shape.depth
     assert best_shape(torch.tensor([[0.9] * 3, [0.0] * 3], dtype=torch.float64), [], costs,
