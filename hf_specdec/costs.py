@@ -29,7 +29,8 @@ class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
     for chains (a plain step is a chain of 0) and trees. Unmeasured sizes are priced from measured ones: a width
     between two measured ones linearly, beyond the widest along the last two (never cheaper), from one alone as that
-    one (optimistic, so that it gets tried); drafting at the cheapest measured ms per level. A sample counts for the
+    one (optimistic, so that it gets tried); a tree's as a chain's of its width plus what its measured widths cost
+    more; drafting at the cheapest measured ms per level. A sample counts for the
     setting's last WINDOW steps. Widths beyond twice the
     widest measured are not priced (None) until a narrower step has run: exploration grows by doubling, never into
     a forward many times the measured ones.
@@ -89,27 +90,41 @@ class StepCosts:
 
 
 def _curve(table: dict, part: str, kind: str, size: int, cap: bool) -> float | None:
-    """The `part` cost of `kind` at `size` from the measured points (a tree's from the chains' while it has none)."""
+    """The `part` cost of `kind` at `size` from the measured points. A tree's verification costs what a chain's of its
+    width does plus the median difference its measured widths showed (nothing measured: no difference)."""
     points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
-    if not points and kind == "tree":
-        points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, "chain")}
     if size in points:
         return points[size]
-    if part == "draft":  # levels cost alike: the cheapest measured level's ms (nothing measured: free, so tried)
+    if part == "draft":  # levels cost alike: the cheapest measured level's ms (a tree's from the chains' until measured)
+        points = points or {key[2]: ms for key, ms in table.items() if key[:2] == ("draft", "chain")}
         return min((ms / level for level, ms in points.items()), default=0.0) * size
     widest = max((key[2] for key in table if key[0] == "verify"), default=0)
-    if not points or (cap and size > 2 * widest):
+    if cap and size > 2 * widest:
         return None
+    chains = {key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")}
+    base = _line(chains, size)
+    if kind == "chain" or base is None:
+        return base
+    offsets = [ms - _line(chains, width) for width, ms in points.items()]
+    return base + max(0.0, statistics.median(offsets)) if offsets else base
+
+
+def _line(points: dict[int, float], size: int) -> float | None:
+    """Linear through the measured points: between two, or along the last two beyond them (never falling); one point
+    alone, or only wider ones: as cheap as the nearest (optimistic, so that it gets tried)."""
+    if not points:
+        return None
+    if size in points:
+        return points[size]
     sizes = sorted(points)
     below, above = [w for w in sizes if w < size], [w for w in sizes if w > size]
     if below and above:
         low, high = below[-1], above[0]
     elif len(below) >= 2:
         low, high = below[-2], below[-1]
-    else:  # one point, or only wider ones: as cheap as the nearest
-        return points[(below or above)[-1 if below else 0]]
-    slope = max(0.0, (points[high] - points[low]) / (high - low))
-    return points[low] + slope * (size - low)
+    else:
+        return points[below[-1] if below else above[0]]
+    return points[low] + max(0.0, (points[high] - points[low]) / (high - low)) * (size - low)
 
 
 _registry: dict[tuple, tuple[weakref.ref, weakref.ref | None, StepCosts]] = {}

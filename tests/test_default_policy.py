@@ -145,6 +145,9 @@ def test_step_costs_interpolate_extrapolate_and_cap():
     assert costs.estimate(Shape(0, 5, 5)) == pytest.approx(30.0 + 3.0 * 2 + 10.0)  # along the last two, 3 ms / width
     assert costs.estimate(Shape(0, 8, 8)) is None  # width 9 > twice the widest measured
     assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(39.0 + 6.0)  # a tree priced from the chains' curve
+    # A measured tree costs its chain width's line plus what it measured more: 3 ms at width 5, so 3 ms at width 7.
+    costs.record("tree", 2, 5, 9.0, 33.0 + 3.0)
+    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(39.0 + 3.0 + 9.0 / 2 * 3)
     pinned = StepCosts(verify_ms={1: 10.0}, draft_ms=1.0)
     pinned.record("chain", 0, 1, 0.0, 99.0)
     assert pinned.estimate(None) == 10.0  # pinned costs ignore what calls measure
