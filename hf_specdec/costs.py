@@ -93,6 +93,8 @@ def _curve(table: dict, part: str, kind: str, size: int, cap: bool) -> float | N
     """The `part` cost of `kind` at `size` from the measured points. A tree's verification costs what a chain's of its
     width does plus the median difference its measured widths showed (nothing measured: no difference)."""
     points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
+    if part == "verify" and kind == "chain":
+        points = _never_cheaper(points)
     if size in points:
         return points[size]
     if part == "draft":  # levels cost alike: the cheapest measured level's ms (a tree's from the chains' until measured)
@@ -101,12 +103,23 @@ def _curve(table: dict, part: str, kind: str, size: int, cap: bool) -> float | N
     widest = max((key[2] for key in table if key[0] == "verify"), default=0)
     if cap and size > 2 * widest:
         return None
-    chains = {key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")}
+    chains = _never_cheaper({key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")})
     base = _line(chains, size)
     if kind == "chain" or base is None:
         return base
     offsets = [ms - _line(chains, width) for width, ms in points.items()]
     return base + max(0.0, statistics.median(offsets)) if offsets else base
+
+
+def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
+    """The measured widths with each cost raised to the most a narrower width measured: scoring more tokens per row
+    never costs less, so a wider forward that measured cheaper (noise, or a kernel path that differs by width on a CPU
+    that computes bf16) cannot make a draft nobody accepts look free."""
+    out, most = {}, 0.0
+    for width in sorted(points):
+        most = max(most, points[width])
+        out[width] = most
+    return out
 
 
 def _line(points: dict[int, float], size: int) -> float | None:

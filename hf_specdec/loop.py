@@ -27,7 +27,7 @@ from hf_specdec.verify import agreement
 __all__ = ["SpeculativeDecoderOnlyOutput", "speculative_decode"]
 
 #: Prompt positions on which the drafter's agreement with the target sets each row's starting acceptance.
-PROMPT_POSITIONS = 32
+PROMPT_POSITIONS = 16
 
 
 def speculative_decode(

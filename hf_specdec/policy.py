@@ -228,7 +228,8 @@ class Schedule:
         return True
 
 
-#: Drafts a row's prior is worth, and the share of a row's evidence kept per drafting step (recent steps count more).
+#: Drafts a row's prior is worth, and the share of a row's evidence kept per step (recent steps count more; while a
+#: drafter sits out, its estimate returns towards the prior).
 PRIOR_WEIGHT = 4.0
 DECAY = 0.95
 #: Each row's acceptance when neither the prompt nor the drafter says anything.
@@ -249,16 +250,16 @@ class AdaptiveSchedule(Schedule):
         self.max_rank = max((shape.top_k for shape in menu), default=1) or 1
         self.declared = prior  # the drafter's own acceptance, if it declares one
         self.prior = torch.full((batch_size,), DEFAULT_PRIOR if prior is None else prior, dtype=torch.float64)
-        self.hits = torch.zeros(batch_size, self.max_depth, dtype=torch.float64)  # [batch, depth] decayed, rank 1
+        self.hits = torch.zeros(batch_size, self.max_depth, dtype=torch.float64)  # [batch, depth] fading, rank 1
         self.trials = torch.zeros_like(self.hits)
-        self.tried = torch.zeros(batch_size, dtype=torch.float64)  # [batch] first drafts verified, not decayed
+        self.all_hits, self.all_trials = torch.zeros_like(self.hits), torch.zeros_like(self.hits)  # not decayed
         self.rank_hits = torch.zeros(self.max_rank, dtype=torch.float64)  # [rank] decayed, ranks 2.. (0: unused)
         self.rank_trials = torch.zeros_like(self.rank_hits)
         self.steps = 0
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # the prefill is a plain step
         self.tree = None
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
-        self._left, self._depth, self._planned_at = -1, 0, 0  # -1: no plan yet, the first update makes one
+        self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
 
     def set_prior(self, agreement: torch.Tensor) -> None:
         """Each row's agreement with the target on the prompt ([batch] float; NaN: no evidence). A drafter that declares
@@ -271,18 +272,25 @@ class AdaptiveSchedule(Schedule):
 
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
         """[rows][depth] (the `rows` selected, [batch] bool; all by default): each row's estimated acceptance of a
-        rank-1 draft at each depth once the ones before it were accepted; depth d's prior is depth d - 1's estimate,
-        depth 1's the row's prior plus `optimism` times the bonus. Plain floats: this runs before every step."""
+        rank-1 draft at each depth once the ones before it were accepted: its recent drafts (fading with the steps
+        since) over the call's whole record at that depth, itself over the depth before (depth 1: over the row's
+        prior); at depth 1 plus `optimism` times a bonus that grows with the steps since the last draft and shrinks
+        with the drafts made. Plain floats: this runs before every step."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
-        hits, trials = pick(self.hits).tolist(), pick(self.trials).tolist()
-        out, log_steps = [], math.log1p(self.steps)
-        for row_hits, row_trials, prior, tried in zip(hits, trials, pick(self.prior).tolist(), pick(self.tried).tolist()):
-            estimate, row = prior, []
-            for depth, (hit, trial) in enumerate(zip(row_hits, row_trials)):
-                estimate = (hit + PRIOR_WEIGHT * estimate) / (trial + PRIOR_WEIGHT)
+        streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
+        fade, log_streak = DECAY**streak, math.log1p(streak)
+        out = []
+        for hits, trials, all_hits, all_trials, prior in zip(
+            pick(self.hits).tolist(), pick(self.trials).tolist(), pick(self.all_hits).tolist(),
+            pick(self.all_trials).tolist(), pick(self.prior).tolist(),
+        ):
+            call, row = prior, []  # the call's whole record (from the prior), then its recent drafts on top
+            for depth in range(self.max_depth):
+                call = (all_hits[depth] + PRIOR_WEIGHT * call) / (all_trials[depth] + PRIOR_WEIGHT)
+                estimate = (fade * hits[depth] + PRIOR_WEIGHT * call) / (fade * trials[depth] + PRIOR_WEIGHT)
                 if depth == 0:
-                    estimate = min(1.0, estimate + optimism * math.sqrt(log_steps / (tried + PRIOR_WEIGHT)))
-                row.append(estimate)
+                    estimate += optimism * math.sqrt(log_streak / (all_trials[0] + PRIOR_WEIGHT))
+                row.append(min(1.0, estimate))
             out.append(row)
         return out
 
@@ -295,12 +303,16 @@ class AdaptiveSchedule(Schedule):
     def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None) -> None:
         self.steps += 1
         if not drafted:
-            bonus_grew = self.policy.exploration > 0 and math.log1p(self.steps) >= 1.1 * math.log1p(self._planned_at)
-            if left is not None and left == self._left and not bonus_grew:
-                return  # another plain step over the same rows: the same decision, and no read of the device
+            streak = self.steps - self._evidence_at
+            if left is not None and left == self._left and streak & (streak - 1) and streak % 16:
+                return  # another plain step over the same rows: decided again only after 1, 2, 4, 8, 16, 32, 48, ...
         rows = active.cpu()
         drafted = num_drafted.cpu() * rows
         if bool(drafted.any()):
+            fade = DECAY ** (self.steps - 1 - self._evidence_at)  # evidence fades with the steps since the last draft
+            self.hits, self.trials = self.hits * fade, self.trials * fade
+            self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade
+            self._evidence_at = self.steps
             accepted = num_accepted.cpu()
             depth = torch.arange(1, self.max_depth + 1)
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
@@ -314,10 +326,8 @@ class AdaptiveSchedule(Schedule):
                 width = min(self.max_rank, trials_all.shape[2])
                 self.rank_trials[1:width] = DECAY * self.rank_trials[1:width] + trials_all[:, :, 1:width].sum(dim=(0, 1))
                 self.rank_hits[1:width] = DECAY * self.rank_hits[1:width] + hits_all[:, :, 1:width].sum(dim=(0, 1))
-            tried_rows = (drafted > 0)[:, None]
-            self.trials = torch.where(tried_rows, DECAY * self.trials + trials, self.trials)
-            self.hits = torch.where(tried_rows, DECAY * self.hits + hits, self.hits)
-            self.tried += trials[:, 0]
+            self.trials, self.hits = DECAY * self.trials + trials, DECAY * self.hits + hits
+            self.all_trials, self.all_hits = self.all_trials + trials, self.all_hits + hits
         self._rows, self._left = rows, int(rows.sum()) if left is None else left
         self._plan(self.policy.exploration)
 
@@ -326,7 +336,6 @@ class AdaptiveSchedule(Schedule):
         self.tree = shape.as_tree() if shape is not None and shape.top_k else None
         self._depth = 0 if shape is None or shape.top_k else shape.depth
         self.lengths = torch.full(self._rows.shape, self._depth, dtype=torch.long, device=self.device)
-        self._planned_at = self.steps
 
     def drafts(self) -> bool:
         return self._depth > 0
