@@ -13,7 +13,7 @@ from typing import Any
 from transformers import GenerationMixin, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from hf_specdec import attention, compat, pipelines
+from hf_specdec import attention, compat, pipelines, seq2seq
 from hf_specdec.drafters import resolve_drafter
 from hf_specdec.errors import InvalidInputError, UnsupportedModelError
 from hf_specdec.loop import speculative_decode
@@ -28,8 +28,8 @@ SPEC_KWARGS = ("gamma", "generator", "stats", "drafter_tokenizer")
 def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs):
     """generate() with `drafter=`; the same arguments as generate() plus SPEC_KWARGS."""
     generate = _original_generate or GenerationMixin.generate
-    if type(target).generate is not GenerationMixin.generate:
-        raise _own_generate_error(target)
+    # A model with its own generate() (Whisper's prepares language and task tokens, timestamps, long-form audio)
+    # reaches here through it only when it hands our keywords on to GenerationMixin.generate: decode from here.
     gamma = kwargs.pop("gamma", None)  # None: the cost-aware default policy
     compat.check_gamma(gamma)
     spec = {name: kwargs.pop(name) for name in SPEC_KWARGS[1:] if name in kwargs}
@@ -56,13 +56,17 @@ def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs
     decode = functools.partial(
         speculative_decode, drafter=drafter, gamma=gamma, streamer=streamer, tokenizer=tokenizer, **spec
     )
+    if compat.is_seq2seq(target):  # the loop over the decoder, generate() having run the encoder
+        decode = functools.partial(
+            seq2seq.decode, encoder_outputs_given=kwargs.get("encoder_outputs") is not None, **decode.keywords
+        )
     return generate(target, *args, custom_generate=decode, **kwargs)
 
 
 def _own_generate_error(model) -> UnsupportedModelError:
     return UnsupportedModelError(
-        f"{type(model).__name__} has its own generate(), which prepares inputs that the drafter= keyword cannot "
-        "reach; decode it without drafter=."
+        f"{type(model).__name__} has its own generate(), which did not hand drafter= on to GenerationMixin.generate; "
+        "decode it without drafter=."
     )
 
 

@@ -1,0 +1,118 @@
+"""Encoder-decoder targets (BART, mBART, Marian, Pegasus, T5, Whisper): greedy fp32 output token-identical to plain
+generate() for every drafter kind, the decoder's cache rolled back on rejection, batches exact or refused."""
+
+import pytest
+import torch
+
+import hf_specdec
+import tiny_models
+import tiny_seq2seq
+from hf_specdec.cache import CachedModel
+from hf_specdec.errors import UnsupportedModelError
+
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module", params=tiny_seq2seq.TEXT)
+def text_target(request):
+    return tiny_seq2seq.text(request.param)
+
+
+def _text_kwargs(target):
+    source, mask = tiny_seq2seq.sources(1, seed=3)
+    # T5's tiny random decoder repeats one token; a repetition penalty makes its greedy path vary (and runs a
+    # processor that reads the decoder's tokens).
+    extra = {"repetition_penalty": 1.5} if target.config.model_type == "t5" else {}
+    return dict(input_ids=source, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False, **extra)
+
+
+def _drafters(target):
+    return {
+        "encoder-decoder": tiny_models.perturbed(target, scale=0.3),
+        "prompt lookup": "prompt_lookup",
+    }
+
+
+@pytest.mark.parametrize("gamma", [3, None])
+@pytest.mark.parametrize("kind", ["encoder-decoder", "prompt lookup"])
+def test_text_targets_greedy_equal_plain_generate(text_target, kind, gamma):
+    kwargs = _text_kwargs(text_target)
+    plain = text_target.generate(**kwargs)
+    stats = hf_specdec.SpeculativeStats()
+    out = text_target.generate(**kwargs, drafter=_drafters(text_target)[kind], gamma=gamma, stats=stats)
+    assert torch.equal(out, plain)
+    if gamma and kind == "encoder-decoder":  # (the default may find drafting with a same-size drafter does not pay)
+        assert stats.target_forwards < MAX_NEW
+
+
+def test_rejected_drafts_are_rolled_back_from_the_decoder_cache(monkeypatch):
+    """A drafter that is right only part of the time: drafts get rejected mid-chain, and the output still equals plain
+    generate()'s. The control skips the decoder cache's rollback and must then differ, so this test can fail."""
+    target = tiny_seq2seq.text("bart")
+    drafter = tiny_models.perturbed(target, scale=0.3)
+    kwargs = _text_kwargs(target)
+    plain = target.generate(**kwargs)
+    stats = hf_specdec.SpeculativeStats()
+    assert torch.equal(target.generate(**kwargs, drafter=drafter, gamma=4, stats=stats), plain)
+    assert int(stats.accepted.sum()) < int(stats.drafted.sum()), "no draft rejected: rollback would not be exercised"
+
+    rollback = CachedModel.rollback
+
+    def skip_decoder_rollback(self, keep, slack):
+        if self.feed is None or self.model is not target:
+            return rollback(self, keep, slack)
+
+    monkeypatch.setattr(CachedModel, "rollback", skip_decoder_rollback)
+    assert not torch.equal(target.generate(**kwargs, drafter=drafter, gamma=4), plain)
+
+
+def test_text_batches_are_refused_before_any_forward(text_target):
+    """BART-type decoders place tokens by their cache's length (T5's relative bias too): rows that accept different
+    numbers of drafts cannot share a cache, so a batch is refused, the model and its generation config unchanged."""
+    source, mask = tiny_seq2seq.sources(3, seed=1)
+    config_before = text_target.generation_config.to_dict()
+    calls = []
+    handle = text_target.register_forward_pre_hook(lambda *args: calls.append(1))
+    try:
+        with pytest.raises(UnsupportedModelError, match="decoder_position_ids"):
+            text_target.generate(input_ids=source, attention_mask=mask, max_new_tokens=4, drafter="prompt_lookup")
+    finally:
+        handle.remove()
+    assert not calls
+    assert text_target.generation_config.to_dict() == config_before
+
+
+@pytest.fixture(scope="module")
+def whisper():
+    return tiny_seq2seq.whisper()
+
+
+WHISPER_OPTIONS = {
+    "default": {},
+    "language and task": dict(language="de", task="translate"),
+    "timestamps": dict(return_timestamps=True),
+}
+
+
+@pytest.mark.parametrize("options", WHISPER_OPTIONS.values(), ids=WHISPER_OPTIONS.keys())
+@pytest.mark.parametrize("kind", ["reads the encoder output", "encoder-decoder", "prompt lookup"])
+def test_whisper_through_its_own_generate_equals_plain(whisper, kind, options):
+    drafter = {
+        "reads the encoder output": lambda: tiny_seq2seq.whisper_reader(whisper, layers=1),
+        "encoder-decoder": lambda: tiny_seq2seq.shallow(whisper, layers=1),
+        "prompt lookup": lambda: "prompt_lookup",
+    }[kind]()
+    features = tiny_seq2seq.audio(1, seed=2)
+    plain = whisper.generate(features, max_new_tokens=MAX_NEW, **options)
+    out = whisper.generate(features, max_new_tokens=MAX_NEW, drafter=drafter, gamma=3, **options)
+    assert torch.equal(out, plain)
+
+
+@pytest.mark.parametrize("gamma", [3, None])
+def test_whisper_batches_equal_plain(whisper, gamma):
+    """Whisper takes decoder_position_ids, so rows that accept different numbers of drafts stay exact in a batch."""
+    features = tiny_seq2seq.audio(4, seed=5)
+    drafter = tiny_seq2seq.whisper_reader(whisper, layers=1)
+    plain = whisper.generate(features, max_new_tokens=MAX_NEW, language="en")
+    out = whisper.generate(features, max_new_tokens=MAX_NEW, language="en", drafter=drafter, gamma=gamma)
+    assert torch.equal(out, plain)
