@@ -55,13 +55,7 @@ class Source:
         if model is self.target or not compat.is_seq2seq(model):
             return self.hidden
         with self._lock:  # sessions of one call may start in the default's calibration and in the loop
-            if id(model) not in self._encoded:
-                if not self.inputs:
-                    raise UnsupportedModelError(
-                        f"the drafter {type(model).__name__} has an encoder of its own, which needs the encoder's input, "
-                        "and this call gave generate() encoder_outputs instead; pass the input ids (or features), or a "
-                        "drafter that reads the target's encoder output."
-                    )
+            if id(model) not in self._encoded:  # (`check_drafter_encoder` refused calls without `inputs`)
                 inputs = {name: value.to(model.device) for name, value in self.inputs.items()}
                 if self.mask is not None:
                     inputs["attention_mask"] = self.mask.to(model.device)
@@ -127,6 +121,12 @@ def decode(model: PreTrainedModel, input_ids: torch.LongTensor, logits_processor
     loop_kwargs = {name: value for name, value in model_kwargs.items() if name not in _ENCODER_KWARGS}
     if model_kwargs.get("decoder_attention_mask") is not None:  # a padded decoder prompt: the loop's own mask
         loop_kwargs["attention_mask"] = model_kwargs["decoder_attention_mask"]
+    drafter = kwargs["drafter"]
+    if drafter.feature_layers(model):
+        raise UnsupportedModelError(
+            f"{type(drafter).__name__} reads the target's hidden states, which hf_specdec takes from decoder-only "
+            f"targets only; draft for {type(model).__name__} with a model or prompt lookup."
+        )
     with _current(source):
         return speculative_decode(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
                                   streamer, **kwargs, **loop_kwargs)
@@ -185,6 +185,18 @@ class DecoderFeed:
                 value = getattr(layer, name, None)
                 if isinstance(value, torch.Tensor) and value.dim() == 4:
                     setattr(layer, name, value.index_select(0, index.to(value.device)))
+
+
+def check_drafter_encoder(model: PreTrainedModel) -> None:
+    """Before any forward: a drafter with an encoder of its own needs the encoder's input, which a call given
+    encoder_outputs instead does not have."""
+    source = current()
+    if source is not None and compat.is_seq2seq(model) and model is not source.target and not source.inputs:
+        raise UnsupportedModelError(
+            f"the drafter {type(model).__name__} has an encoder of its own, which needs the encoder's input, and this "
+            "call gave generate() encoder_outputs instead; pass the input ids (or features), or a drafter that reads "
+            "the target's encoder output."
+        )
 
 
 def feed_for(model: PreTrainedModel, batch_size: int, self_attention: DynamicCache) -> DecoderFeed | None:

@@ -116,3 +116,80 @@ def test_whisper_batches_equal_plain(whisper, gamma):
     plain = whisper.generate(features, max_new_tokens=MAX_NEW, language="en")
     out = whisper.generate(features, max_new_tokens=MAX_NEW, language="en", drafter=drafter, gamma=gamma)
     assert torch.equal(out, plain)
+
+
+def test_prompt_lookup_copies_from_the_source_text():
+    """Over an encoder-decoder call's source ids: the decoder's last token found in the source proposes what followed
+    it there (summaries and translations copy spans of their source)."""
+    from hf_specdec import seq2seq
+    from hf_specdec.drafters import DraftContext, PromptLookupDrafter
+
+    target = tiny_seq2seq.text("bart")
+    source_ids = torch.tensor([[20, 21, 22, 23, 24, 25, 0, 0]])
+    mask = (source_ids != 0).long()
+    source = seq2seq.Source(target, torch.zeros(1, 8, 32), mask, {"input_ids": source_ids}, source_ids)
+    sequences = torch.tensor([[2, 40, 22, 0, 0, 0, 0]])  # the decoder's tokens so far end in 22
+    ctx = DraftContext(sequences, torch.zeros(1, dtype=torch.long), torch.tensor([3]), torch.tensor([True]), 96, False,
+                       None, lambda scores, lengths, rows: scores)
+    with seq2seq._current(source):
+        session = PromptLookupDrafter().start(target, 1, torch.device("cpu"))
+    draft = session.propose(ctx, torch.tensor([3]))
+    assert draft.tokens[0, : int(draft.num_drafted[0])].tolist() == [23, 24, 25]
+    assert PromptLookupDrafter().propose(ctx, torch.tensor([3])).num_drafted.tolist() == [0]  # the control: no source
+
+
+def test_drafters_that_cannot_serve_an_encoder_decoder_target_are_refused_before_any_forward(whisper):
+    from transformers import WhisperForCausalLM
+
+    from hf_specdec.errors import VocabMismatchError
+
+    features = tiny_seq2seq.audio(1)
+    narrow = tiny_seq2seq.whisper(d_model=16)  # a reader of another width than the target's encoder output
+    reader = WhisperForCausalLM(narrow.config)
+    reader.generation_config = whisper.generation_config
+    calls = []
+    handle = whisper.register_forward_pre_hook(lambda *args: calls.append(1))
+    try:
+        with pytest.raises(UnsupportedModelError, match="width 16"):
+            GenerationMixin_generate(whisper, features, drafter=reader)
+        bart = tiny_seq2seq.text("bart")
+        with pytest.raises(UnsupportedModelError, match="reads input_ids"):
+            GenerationMixin_generate(whisper, features, drafter=bart)
+    finally:
+        handle.remove()
+    assert not calls
+
+    target = tiny_seq2seq.text("bart")
+    other_vocab = tiny_seq2seq.text("bart", vocab=128)
+    source, mask = tiny_seq2seq.sources(1)
+    with pytest.raises(VocabMismatchError):
+        target.generate(input_ids=source, attention_mask=mask, max_new_tokens=4, drafter=other_vocab)
+
+
+def GenerationMixin_generate(model, features, **kwargs):
+    """GenerationMixin.generate on a Whisper: the loop's checks without Whisper's own generate() around them."""
+    from transformers import GenerationMixin
+
+    prefix = [tiny_seq2seq.WHISPER_TOKENS[name] for name in ("sot", "en", "transcribe", "no_timestamps")]
+    return GenerationMixin.generate(model, features, decoder_input_ids=torch.tensor([prefix]), max_new_tokens=4,
+                                    **kwargs)
+
+
+def test_an_encoder_decoder_drafter_needs_the_source_when_encoder_outputs_are_given():
+    target = tiny_seq2seq.text("bart")
+    source, mask = tiny_seq2seq.sources(1)
+    encoder_outputs = target.get_encoder()(input_ids=source, attention_mask=mask)
+    plain = target.generate(encoder_outputs=encoder_outputs, attention_mask=mask, max_new_tokens=MAX_NEW)
+    # A drafter that reads the target's encoder output or none: the given encoder output is all it needs.
+    out = target.generate(encoder_outputs=encoder_outputs, attention_mask=mask, max_new_tokens=MAX_NEW,
+                          drafter="prompt_lookup", gamma=3)
+    assert torch.equal(out, plain)
+    calls = []
+    handle = target.register_forward_pre_hook(lambda *args: calls.append(1))
+    try:
+        with pytest.raises(UnsupportedModelError, match="encoder_outputs"):  # the default: before its calibration too
+            target.generate(encoder_outputs=encoder_outputs, attention_mask=mask, max_new_tokens=4,
+                            drafter=tiny_seq2seq.shallow(target, layers=1))
+    finally:
+        handle.remove()
+    assert not calls

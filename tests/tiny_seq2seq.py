@@ -27,7 +27,8 @@ def _sharpen(model):
     return model
 
 
-def text(family: str = "bart", seed: int = 0, layers: int = 2, d_model: int = 32, decoder_layers: int | None = None):
+def text(family: str = "bart", seed: int = 0, layers: int = 2, d_model: int = 32, decoder_layers: int | None = None,
+         vocab: int = VOCAB):
     """A `family` encoder-decoder LM (transformers' Seq2Seq mapping) with VOCAB tokens, untied head."""
     torch.manual_seed(seed)
     decoder_layers = layers if decoder_layers is None else decoder_layers
@@ -39,11 +40,11 @@ def text(family: str = "bart", seed: int = 0, layers: int = 2, d_model: int = 32
                     decoder_attention_heads=4, encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
                     max_position_embeddings=256)
     config = AutoConfig.for_model(
-        family, vocab_size=VOCAB, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=EOS
+        family, vocab_size=vocab, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=EOS
         if family != "t5" else PAD, tie_word_embeddings=False, **size,
     )
     if family == "marian":
-        config.decoder_vocab_size = VOCAB
+        config.decoder_vocab_size = vocab
     model = AutoModelForSeq2SeqLM.from_config(config)
     _discourage_eos(model)
     return _sharpen(model)
