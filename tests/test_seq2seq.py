@@ -193,3 +193,49 @@ def test_an_encoder_decoder_drafter_needs_the_source_when_encoder_outputs_are_gi
     finally:
         handle.remove()
     assert not calls
+
+
+@pytest.fixture(scope="module")
+def asr(whisper):
+    from transformers import pipeline
+
+    return pipeline("automatic-speech-recognition", model=whisper, tokenizer=tiny_seq2seq.whisper_tokenizer(),
+                    feature_extractor=tiny_seq2seq.whisper_feature_extractor())
+
+
+ASR_CASES = {
+    "short": dict(),
+    "chunked": dict(chunk_length_s=0.32, ignore_warning=True),
+    "chunked with timestamps": dict(chunk_length_s=0.32, ignore_warning=True, return_timestamps=True),
+    "chunked in batches": dict(chunk_length_s=0.32, ignore_warning=True, batch_size=3),
+}
+
+
+@pytest.mark.parametrize("options", ASR_CASES.values(), ids=ASR_CASES.keys())
+def test_speech_recognition_pipeline_returns_what_it_returns_without_a_drafter(whisper, asr, options):
+    """fp32, greedy (num_beams=1: the pipeline's default of 5 beams is refused with drafter=, as beams are)."""
+    import numpy as np
+
+    seconds = 0.25 if not options else 1.0  # the chunked cases span 4 windows of 0.32 s
+    audio = np.random.default_rng(0).standard_normal(int(16000 * seconds)).astype(np.float32)
+    plain = asr(audio, max_new_tokens=12, num_beams=1, **options)
+    stats = hf_specdec.SpeculativeStats()
+    drafter = tiny_seq2seq.whisper_reader(whisper, layers=1)
+    assert asr(audio, max_new_tokens=12, num_beams=1, drafter=drafter, gamma=3, stats=stats, **options) == plain
+    assert stats.target_forwards > 0
+
+
+def test_speech_recognition_pipeline_loads_a_path_drafter_once(whisper, asr, tmp_path, monkeypatch):
+    import numpy as np
+
+    from hf_specdec import pipelines
+
+    tiny_seq2seq.whisper_reader(whisper, layers=1).save_pretrained(tmp_path)
+    loads = []
+    load = pipelines.load_drafter
+    monkeypatch.setattr(pipelines, "load_drafter", lambda *args, **kwargs: loads.append(1) or load(*args, **kwargs))
+    audio = np.random.default_rng(1).standard_normal(4000).astype(np.float32)
+    plain = asr(audio, max_new_tokens=8, num_beams=1)
+    for _ in range(2):
+        assert asr(audio, max_new_tokens=8, num_beams=1, drafter=str(tmp_path), gamma=3) == plain
+    assert len(loads) == 1

@@ -63,8 +63,34 @@ def _discourage_eos(model, bias: float = -4.0):
             head.weight[[EOS, PAD]] = 0.0
 
 
-#: Whisper's special tokens in the tiny vocabulary (its generate() reads them from the generation config).
-WHISPER_TOKENS = dict(sot=3, en=4, de=5, transcribe=6, translate=7, no_timestamps=8, timestamp_begin=80)
+#: Whisper's special tokens in the tiny vocabulary (its generate() reads them from the generation config); the
+#: timestamp tokens follow no_timestamps up to the end (<|0.00|> ... <|0.50|>), as Whisper's tokenizer lays them out.
+WHISPER_TOKENS = dict(sot=64, en=65, de=66, transcribe=67, translate=68, no_timestamps=69)
+
+
+def whisper_tokenizer():
+    """A WhisperTokenizer over the tiny vocabulary: ids 3-63 are the words `w3` ... `w63`, then WHISPER_TOKENS and
+    the timestamps (no merges: decoding is all the tests ask of it)."""
+    from transformers import WhisperTokenizer
+
+    t = WHISPER_TOKENS
+    special = {"<|endoftext|>": EOS, "<|startoftranscript|>": t["sot"], "<|en|>": t["en"], "<|de|>": t["de"],
+               "<|transcribe|>": t["transcribe"], "<|translate|>": t["translate"],
+               "<|notimestamps|>": t["no_timestamps"]}
+    vocab = {"<pad>": PAD, "<s>": BOS, **{f"w{i}": i for i in range(3, t["sot"])}, **special}
+    vocab.update({f"<|{0.02 * (i - t['no_timestamps'] - 1):.2f}|>": i for i in range(t["no_timestamps"] + 1, VOCAB)})
+    tokenizer = WhisperTokenizer(vocab=vocab, merges=[], pad_token="<pad>")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(special)})
+    return tokenizer
+
+
+def whisper_feature_extractor(frames: int = 32):
+    """Log-mel features of 8 bins over `frames` frames of 10 ms (the tiny Whisper's whole input window)."""
+    from transformers import WhisperFeatureExtractor
+
+    extractor = WhisperFeatureExtractor(feature_size=8, sampling_rate=16000, hop_length=160, chunk_length=1)
+    extractor.n_samples, extractor.nb_max_frames, extractor.chunk_length = 160 * frames, frames, frames / 100
+    return extractor
 
 
 def whisper(seed: int = 0, layers: int = 2, d_model: int = 32, decoder_layers: int | None = None, frames: int = 32):
