@@ -8,6 +8,7 @@ config, processors and stopping criteria); calls without `drafter=` reach the or
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 from transformers import GenerationMixin, PreTrainedModel, StoppingCriteriaList
@@ -34,9 +35,12 @@ def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs
     compat.check_gamma(gamma)
     spec = {name: kwargs.pop(name) for name in SPEC_KWARGS[1:] if name in kwargs}
     streamer = kwargs.get("streamer")
-    if args:
-        kwargs.setdefault("inputs", args[0])
-        args = args[1:]
+    if args:  # by name, as generate() would bind them (a model's own generate() may pass several positionally)
+        for name, value in zip(_positional_names(generate), args):
+            if name in kwargs:
+                raise TypeError(f"generate() got multiple values for argument {name!r}")
+            kwargs[name] = value
+        args = ()
     compat.check_request(target, kwargs, streamer)
     drafter = resolve_drafter(drafter)
 
@@ -61,6 +65,13 @@ def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs
             seq2seq.decode, encoder_outputs_given=kwargs.get("encoder_outputs") is not None, **decode.keywords
         )
     return generate(target, *args, custom_generate=decode, **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _positional_names(generate) -> tuple[str, ...]:
+    """The names generate()'s positional arguments bind to, after `self`."""
+    parameters = inspect.signature(generate).parameters.values()
+    return tuple(p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD)[1:]
 
 
 def _own_generate_error(model) -> UnsupportedModelError:

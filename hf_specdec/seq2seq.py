@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import ModelOutput
 
 from hf_specdec import compat
 from hf_specdec.errors import UnsupportedModelError
@@ -32,13 +33,14 @@ _ENCODER_KWARGS = ("encoder_outputs", "attention_mask", "decoder_attention_mask"
 class Source:
     """One generate() call's encoder side, over the call's rows (after num_return_sequences' expansion).
 
-    `hidden` is the target encoder's output, `mask` its padding mask (None: no padding), `inputs` what that encoder
+    `outputs` is the target encoder's output (a ModelOutput, as the model returned it: some decoders read more of it
+    than `last_hidden_state`), `mask` its padding mask (None: no padding), `inputs` what that encoder
     read (`input_ids` of a text encoder, `input_features` of an audio one), for a drafter with an encoder of its own;
     `token_ids` the source's token ids (text encoders only), for prompt lookup over the source.
     """
 
     target: PreTrainedModel
-    hidden: torch.Tensor  # [batch, source_len, d_model]
+    outputs: ModelOutput  # last_hidden_state [batch, source_len, d_model], ...
     mask: torch.Tensor | None  # [batch, source_len]
     inputs: dict[str, torch.Tensor]  # [batch, ...] the encoder's main input
     token_ids: torch.Tensor | None  # [batch, source_len] long
@@ -47,20 +49,21 @@ class Source:
 
     @property
     def batch_size(self) -> int:
-        return self.hidden.shape[0]
+        return self.outputs.last_hidden_state.shape[0]
 
-    def encoder_output(self, model: PreTrainedModel) -> torch.Tensor:
-        """[batch, source_len', d] what `model`'s decoder attends to: the target's encoder output, or, for an
-        encoder-decoder drafter with an encoder of its own, that encoder's output, computed once per call."""
+    def encoder_output(self, model: PreTrainedModel) -> ModelOutput:
+        """What `model`'s decoder attends to (last_hidden_state [batch, source_len', d]): the target's encoder output,
+        or, for an encoder-decoder drafter with an encoder of its own, that encoder's output, computed once per
+        call."""
         if model is self.target or not compat.is_seq2seq(model):
-            return self.hidden
+            return self.outputs
         with self._lock:  # sessions of one call may start in the default's calibration and in the loop
             if id(model) not in self._encoded:  # (`check_drafter_encoder` refused calls without `inputs`)
                 inputs = {name: value.to(model.device) for name, value in self.inputs.items()}
                 if self.mask is not None:
                     inputs["attention_mask"] = self.mask.to(model.device)
                 with torch.no_grad():
-                    self._encoded[id(model)] = model.get_encoder()(**inputs).last_hidden_state
+                    self._encoded[id(model)] = model.get_encoder()(**inputs)
             return self._encoded[id(model)]
 
     def rows(self, batch_size: int) -> "Source":
@@ -73,8 +76,22 @@ class Source:
         def take(tensor):
             return None if tensor is None else tensor[index.to(tensor.device)]
 
-        return Source(self.target, take(self.hidden), take(self.mask), {k: take(v) for k, v in self.inputs.items()},
-                      take(self.token_ids))
+        return Source(self.target, take_rows(self.outputs, index), take(self.mask),
+                      {k: take(v) for k, v in self.inputs.items()}, take(self.token_ids))
+
+
+def take_rows(outputs: ModelOutput, index: torch.Tensor) -> ModelOutput:
+    """`outputs` (an encoder's) with the rows `index` ([n] long) of every tensor over the batch (tuples of them too)."""
+    batch = outputs.last_hidden_state.shape[0]
+
+    def take(value):
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch:
+            return value.index_select(0, index.to(value.device))
+        if isinstance(value, tuple):
+            return tuple(take(item) for item in value)
+        return value
+
+    return type(outputs)(**{name: take(value) for name, value in outputs.items()})
 
 
 def current() -> Source | None:
@@ -96,7 +113,6 @@ def source_of(model: PreTrainedModel, batch_size: int, inputs_tensor: torch.Tens
     model kwargs, and `inputs_tensor` (the encoder's input, once per prompt: repeated here over
     num_return_sequences' rows as generate() repeats the encoder output; None where the caller gave encoder_outputs,
     and generate()'s inputs_tensor is a placeholder)."""
-    hidden = model_kwargs["encoder_outputs"].last_hidden_state  # [batch, source_len, d_model]
     mask = model_kwargs.get("attention_mask")
     inputs, token_ids = {}, None
     name = model.main_input_name
@@ -105,7 +121,7 @@ def source_of(model: PreTrainedModel, batch_size: int, inputs_tensor: torch.Tens
         inputs = {name: inputs_tensor.repeat_interleave(repeat, dim=0)}
         if name == "input_ids":
             token_ids = inputs[name]
-    return Source(target=model, hidden=hidden, mask=mask, inputs=inputs, token_ids=token_ids)
+    return Source(target=model, outputs=model_kwargs["encoder_outputs"], mask=mask, inputs=inputs, token_ids=token_ids)
 
 
 def decode(model: PreTrainedModel, input_ids: torch.LongTensor, logits_processor, stopping_criteria, generation_config,
@@ -145,7 +161,7 @@ class DecoderFeed:
     def __init__(self, model: PreTrainedModel, source: Source, self_attention: DynamicCache):
         self.seq2seq = compat.is_seq2seq(model)
         parameters = compat.forward_parameters(model)
-        self.hidden = source.encoder_output(model)  # [batch, source_len, d]
+        self.outputs = source.encoder_output(model)  # last_hidden_state [batch, source_len, d]
         self.mask = source.mask  # [batch, source_len]
         self.cache = EncoderDecoderCache(self_attention, DynamicCache())
         self._mask_kwarg = "encoder_attention_mask" if "encoder_attention_mask" in parameters else None
@@ -154,18 +170,20 @@ class DecoderFeed:
 
     def inputs(self, inputs: dict) -> dict:
         """The model's inputs for a forward that CachedModel prepared as a causal LM's."""
-        device = self.hidden.device
+        device = self.outputs.last_hidden_state.device
         if self.seq2seq:
             fed = {
                 "decoder_input_ids": inputs.pop("input_ids"),
                 "decoder_attention_mask": inputs.pop("attention_mask"),
-                "encoder_outputs": BaseModelOutput(last_hidden_state=self.hidden),
+                "encoder_outputs": self.outputs,
                 "attention_mask": None if self.mask is None else self.mask.to(device),
             }
             if "position_ids" in inputs:
                 fed["decoder_position_ids"] = inputs.pop("position_ids")
         else:
-            hidden = self.hidden if self._hidden_kwarg == "encoder_hidden_states" else BaseModelOutput(last_hidden_state=self.hidden)
+            hidden = self.outputs.last_hidden_state
+            if self._hidden_kwarg == "encoder_outputs":
+                hidden = BaseModelOutput(last_hidden_state=hidden)
             fed = {"input_ids": inputs.pop("input_ids"), "attention_mask": inputs.pop("attention_mask"),
                    self._hidden_kwarg: hidden}
             if self._mask_kwarg and self.mask is not None:
@@ -177,7 +195,7 @@ class DecoderFeed:
 
     def select_rows(self, index: torch.Tensor) -> None:
         """Keeps the rows `index` of the encoder output, its mask and the cross-attention cache."""
-        self.hidden = self.hidden.index_select(0, index.to(self.hidden.device))
+        self.outputs = take_rows(self.outputs, index)
         if self.mask is not None:
             self.mask = self.mask.index_select(0, index.to(self.mask.device))
         for layer in self.cache.cross_attention_cache.layers:

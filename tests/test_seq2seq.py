@@ -127,7 +127,10 @@ def test_prompt_lookup_copies_from_the_source_text():
     target = tiny_seq2seq.text("bart")
     source_ids = torch.tensor([[20, 21, 22, 23, 24, 25, 0, 0]])
     mask = (source_ids != 0).long()
-    source = seq2seq.Source(target, torch.zeros(1, 8, 32), mask, {"input_ids": source_ids}, source_ids)
+    from transformers.modeling_outputs import BaseModelOutput
+
+    encoded = BaseModelOutput(last_hidden_state=torch.zeros(1, 8, 32))
+    source = seq2seq.Source(target, encoded, mask, {"input_ids": source_ids}, source_ids)
     sequences = torch.tensor([[2, 40, 22, 0, 0, 0, 0]])  # the decoder's tokens so far end in 22
     ctx = DraftContext(sequences, torch.zeros(1, dtype=torch.long), torch.tensor([3]), torch.tensor([True]), 96, False,
                        None, lambda scores, lengths, rows: scores)
