@@ -242,3 +242,39 @@ def test_speech_recognition_pipeline_loads_a_path_drafter_once(whisper, asr, tmp
     for _ in range(2):
         assert asr(audio, max_new_tokens=8, num_beams=1, drafter=str(tmp_path), gamma=3) == plain
     assert len(loads) == 1
+
+
+def test_draft_trees_are_refused_before_any_forward_and_the_default_drafts_chains(whisper):
+    """Siblings of a draft tree share a position, which an encoder-decoder decoder cannot be told (no position_ids)."""
+    features = tiny_seq2seq.audio(1, seed=2)
+    tree = hf_specdec.TreeDraftPolicy(top_k=2, max_depth=2, max_nodes=4)
+    drafter = tiny_seq2seq.whisper_reader(whisper, layers=1)
+    calls = []
+    handle = whisper.register_forward_pre_hook(lambda *args: calls.append(1))
+    try:
+        with pytest.raises(UnsupportedModelError, match="position_ids"):
+            whisper.generate(features, language="en", max_new_tokens=4, drafter=drafter, gamma=tree)
+    finally:
+        handle.remove()
+    assert not calls
+    plain = whisper.generate(features, language="en", max_new_tokens=MAX_NEW)
+    assert torch.equal(whisper.generate(features, language="en", max_new_tokens=MAX_NEW, drafter=drafter), plain)
+
+
+def test_command_line_decodes_with_an_encoder_decoder_target(tmp_path, capsys):
+    """`hf-specdec generate --target BART_DIR`: summarization / translation models load with AutoModelForSeq2SeqLM and
+    print what plain generate() decodes (the decoder's tokens, not the source)."""
+    from hf_specdec.cli import main
+
+    target, tokenizer = tiny_seq2seq.text("bart"), tiny_models.tokenizer()
+    for name, model in (("target", target), ("drafter", tiny_seq2seq.shallow(target, layers=1))):
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    prompt = "w10 w11 w12 w13 w14 w15"
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    expected = tokenizer.decode(target.generate(ids, max_new_tokens=10, do_sample=False)[0], skip_special_tokens=True)
+    for drafter in ("prompt_lookup", str(tmp_path / "drafter")):
+        code = main(["generate", "--target", str(tmp_path / "target"), "--drafter", drafter, "--gamma", "3",
+                     "--max-new-tokens", "10", "--no-progress", prompt])
+        assert code == 0
+        assert capsys.readouterr().out.splitlines() == [expected]
