@@ -184,9 +184,10 @@ class CachedModel:
                 f"attn_implementation={model.config._attn_implementation!r} takes none. Load the model with "
                 "attn_implementation='sdpa' (or 'eager')."
             )
-        self.cache = _new_cache(model, self.layout)  # (a decoder's self-attention cache where `feed` is not None)
-        # A decoder attending to an encoder output (an encoder-decoder model's): fed from the call's source.
-        self.feed = seq2seq.feed_for(model, batch_size, self.cache)
+        # A decoder attending to an encoder output (an encoder-decoder model's): fed from the call's source; `cache` is
+        # then its self-attention cache.
+        self.feed = seq2seq.feed_for(model, batch_size)
+        self.cache = _new_cache(model, self.layout) if self.feed is None else self.feed.self_attention
         self._mask_dtype = model.dtype  # read once: PreTrainedModel.dtype walks the parameters
         # The two values of an additive mask, made once (each costs a tensor op; on a GPU torch.tensor(value) waits).
         self._seen = torch.zeros((), dtype=self._mask_dtype, device=self.model_device)

@@ -55,8 +55,8 @@ class Source:
         """What `model`'s decoder attends to (last_hidden_state [batch, source_len', d]): the target's encoder output,
         or, for an encoder-decoder drafter with an encoder of its own, that encoder's output, computed once per
         call."""
-        if model is self.target or not compat.is_seq2seq(model):
-            return self.outputs
+        if model is self.target or not compat.is_seq2seq(model) or model.get_encoder() is self.target.get_encoder():
+            return self.outputs  # (a drafter built on the target's own encoder module: no second pass)
         with self._lock:  # sessions of one call may start in the default's calibration and in the loop
             if id(model) not in self._encoded:  # (`check_drafter_encoder` refused calls without `inputs`)
                 inputs = {name: value.to(model.device) for name, value in self.inputs.items()}
@@ -158,12 +158,15 @@ class DecoderFeed:
     model's cache given as an EncoderDecoderCache over the CachedModel's self-attention cache and a cross-attention
     cache of its own (filled by the first forward, kept after: the source does not change during a call)."""
 
-    def __init__(self, model: PreTrainedModel, source: Source, self_attention: DynamicCache):
+    def __init__(self, model: PreTrainedModel, source: Source):
         self.seq2seq = compat.is_seq2seq(model)
         parameters = compat.forward_parameters(model)
         self.outputs = source.encoder_output(model)  # last_hidden_state [batch, source_len, d]
         self.mask = source.mask  # [batch, source_len]
-        self.cache = EncoderDecoderCache(self_attention, DynamicCache())
+        # Layers are added as the decoder uses them: the config of an encoder-decoder model (or of a reader built from
+        # one, such as distil-whisper's) may count the encoder's layers in the field a cache would size itself by.
+        self.self_attention = DynamicCache()
+        self.cache = EncoderDecoderCache(self.self_attention, DynamicCache())
         self._mask_kwarg = "encoder_attention_mask" if "encoder_attention_mask" in parameters else None
         self._hidden_kwarg = "encoder_outputs" if "encoder_outputs" in parameters else "encoder_hidden_states"
         self.feeds_positions = self.seq2seq and "decoder_position_ids" in parameters
@@ -217,7 +220,7 @@ def check_drafter_encoder(model: PreTrainedModel) -> None:
         )
 
 
-def feed_for(model: PreTrainedModel, batch_size: int, self_attention: DynamicCache) -> DecoderFeed | None:
+def feed_for(model: PreTrainedModel, batch_size: int) -> DecoderFeed | None:
     """The DecoderFeed of a CachedModel of `model` over `batch_size` rows: None for a model that attends to no encoder
     output (or a decoder that could, outside an encoder-decoder call); UnsupportedModelError for an encoder-decoder
     model outside a call (its decoder has nothing to attend to)."""
@@ -231,4 +234,4 @@ def feed_for(model: PreTrainedModel, batch_size: int, self_attention: DynamicCac
         return None
     if not (compat.is_seq2seq(model) or compat.reads_encoder_output(model)):
         return None
-    return DecoderFeed(model, source.rows(batch_size), self_attention)
+    return DecoderFeed(model, source.rows(batch_size))

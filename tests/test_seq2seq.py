@@ -278,3 +278,47 @@ def test_command_line_decodes_with_an_encoder_decoder_target(tmp_path, capsys):
                      "--max-new-tokens", "10", "--no-progress", prompt])
         assert code == 0
         assert capsys.readouterr().out.splitlines() == [expected]
+
+
+def test_threads_sharing_a_target_and_drafter_each_decode_their_own_source(whisper, monkeypatch):
+    """The call's source is per thread: threads that share the model and the encoder-decoder drafter each get plain
+    generate()'s output, and every decoder fed during a call (target's and drafter's) attends to that call's audio.
+    (A tiny random Whisper's tokens hardly depend on the audio, so what the decoders were fed is checked directly.)"""
+    import threading
+
+    from hf_specdec import seq2seq
+    from test_threads import NUM_THREADS, _run_concurrently
+
+    drafter = tiny_seq2seq.shallow(whisper, layers=1)
+    audios = {job: tiny_seq2seq.audio(1, seed=10 + job) for job in range(2 * NUM_THREADS)}
+    plain = {job: whisper.generate(audio, language="en", max_new_tokens=MAX_NEW) for job, audio in audios.items()}
+    fed = threading.local()  # this thread's decoder feeds: (model, the encoder output it attends to)
+    make_feed = seq2seq.DecoderFeed.__init__
+
+    def recording(self, model, source):
+        make_feed(self, model, source)
+        fed.__dict__.setdefault("feeds", []).append((model, self.outputs.last_hidden_state))
+
+    monkeypatch.setattr(seq2seq.DecoderFeed, "__init__", recording)
+
+    def call(job):
+        fed.feeds = []
+        out = whisper.generate(audios[job], language="en", max_new_tokens=MAX_NEW, drafter=drafter, gamma=3)
+        with torch.no_grad():
+            own = {id(model): model.get_encoder()(audios[job]).last_hidden_state for model in (whisper, drafter)}
+        assert fed.feeds and all(torch.allclose(hidden, own[id(model)]) for model, hidden in fed.feeds)
+        return out
+
+    jobs = [list(range(thread, 2 * NUM_THREADS, NUM_THREADS)) for thread in range(NUM_THREADS)]
+    outputs = _run_concurrently(call, jobs)
+    assert all(torch.equal(outputs[job], plain[job]) for job in audios)
+
+
+def test_a_reader_with_more_decoder_layers_than_the_encoder_has():
+    """distil-whisper's shape inverted in size: WhisperConfig counts the encoder's layers as num_hidden_layers, so a
+    cache sized by the config would have too few layers for the decoder (it crashed mid-call)."""
+    target = tiny_seq2seq.whisper(layers=1, decoder_layers=3)
+    reader = tiny_seq2seq.whisper_reader(target, layers=2)
+    features = tiny_seq2seq.audio(1, seed=6)
+    plain = target.generate(features, language="en", max_new_tokens=MAX_NEW)
+    assert torch.equal(target.generate(features, language="en", max_new_tokens=MAX_NEW, drafter=reader, gamma=3), plain)

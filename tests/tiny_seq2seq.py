@@ -123,6 +123,8 @@ def whisper(seed: int = 0, layers: int = 2, d_model: int = 32, decoder_layers: i
     generation.max_length = None
     with torch.no_grad():
         model.proj_out.weight.mul_(8.0)
+        for layer in model.model.decoder.layers:  # a random decoder hardly hears its encoder: make the audio matter
+            layer.encoder_attn.out_proj.weight.mul_(8.0)
     return model
 
 
