@@ -62,7 +62,8 @@ def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs
     )
     if compat.is_seq2seq(target):  # the loop over the decoder, generate() having run the encoder
         decode = functools.partial(
-            seq2seq.decode, encoder_outputs_given=kwargs.get("encoder_outputs") is not None, **decode.keywords
+            seq2seq.decode, loop=speculative_decode, encoder_outputs_given=kwargs.get("encoder_outputs") is not None,
+            **decode.keywords,
         )
     return generate(target, *args, custom_generate=decode, **kwargs)
 

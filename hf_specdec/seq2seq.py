@@ -125,12 +125,12 @@ def source_of(model: PreTrainedModel, batch_size: int, inputs_tensor: torch.Tens
 
 
 def decode(model: PreTrainedModel, input_ids: torch.LongTensor, logits_processor, stopping_criteria, generation_config,
-           synced_gpus: bool = False, streamer=None, inputs_tensor: torch.Tensor | None = None, *,
+           synced_gpus: bool = False, streamer=None, inputs_tensor: torch.Tensor | None = None, *, loop,
            encoder_outputs_given: bool = False, **kwargs):
     """generate()'s `custom_generate` for an encoder-decoder target: `loop.speculative_decode` over the decoder, with
     the call's Source current. `input_ids` [batch, decoder_prompt_len] is the decoder's prompt (the start token, or
-    the caller's decoder_input_ids, e.g. Whisper's language and task tokens); `inputs_tensor` what the encoder read."""
-    from hf_specdec.loop import speculative_decode  # the loop imports the cache, which imports this module
+    the caller's decoder_input_ids, e.g. Whisper's language and task tokens); `inputs_tensor` what the encoder read;
+    `loop` is `loop.speculative_decode` (passed in: the loop's modules import this one)."""
 
     model_kwargs = {name: kwargs.pop(name) for name in list(kwargs) if name not in _LOOP_KEYWORDS}
     source = source_of(model, input_ids.shape[0], None if encoder_outputs_given else inputs_tensor, model_kwargs)
@@ -144,7 +144,7 @@ def decode(model: PreTrainedModel, input_ids: torch.LongTensor, logits_processor
             f"targets only; draft for {type(model).__name__} with a model or prompt lookup."
         )
     with _current(source):
-        return speculative_decode(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
+        return loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
                                   streamer, **kwargs, **loop_kwargs)
 
 
