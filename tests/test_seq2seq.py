@@ -322,3 +322,23 @@ def test_a_reader_with_more_decoder_layers_than_the_encoder_has():
     features = tiny_seq2seq.audio(1, seed=6)
     plain = target.generate(features, language="en", max_new_tokens=MAX_NEW)
     assert torch.equal(target.generate(features, language="en", max_new_tokens=MAX_NEW, drafter=reader, gamma=3), plain)
+
+
+@pytest.mark.parametrize("options", [
+    dict(prompt_ids=torch.tensor([12, 13, 14])),
+    dict(long_form=True, return_timestamps=True),
+    dict(long_form=True, return_timestamps=True, condition_on_prev_tokens=True),
+], ids=["prompt_ids", "long-form", "long-form conditioned on the previous segment"])
+def test_whisper_prompt_ids_and_long_form_audio_equal_plain(whisper, options):
+    """Long-form: 100 frames, more than the tiny Whisper's window of 32, decoded in sequential segments by Whisper's own
+    generate(), which calls GenerationMixin.generate per segment (each handing drafter= on)."""
+    options = dict(options)
+    if options.pop("long_form", False):
+        features = torch.randn(1, 8, 100, generator=torch.Generator().manual_seed(0))
+        options["attention_mask"] = torch.ones(1, 100, dtype=torch.long)
+    else:
+        features = tiny_seq2seq.audio(1, seed=8)
+    drafter = tiny_seq2seq.whisper_reader(whisper, layers=1)
+    plain = whisper.generate(features, language="en", max_new_tokens=10, **options)
+    assert torch.equal(whisper.generate(features, language="en", max_new_tokens=10, drafter=drafter, gamma=3, **options),
+                       plain)
