@@ -116,6 +116,8 @@ def load_model(
         kwargs["device_map"] = device if device == "auto" or isinstance(device, dict) else {"": str(device)}
     try:
         model, info = auto.from_pretrained(path, **kwargs)
+    except OSError as error:  # a config.json without weights beside it
+        raise DrafterLoadError(f"{role} {path!r}: {error}. {_expected(role)}") from error
     except ImportError as error:  # the backend is installed but cannot run here (no kernels, wrong torch)
         raise QuantizationBackendError(
             f"loading {role} {path!r} with quantization={quantization!r} failed: {error}. Try another "
@@ -134,7 +136,8 @@ def load_model(
 
 def _expected(role: str) -> str:
     """What a directory for `role` should hold, for error messages."""
-    model = "a causal LM written by `model.save_pretrained(...)` (config.json and its weights)"
+    model = ("a causal LM (or, for an encoder-decoder target, an encoder-decoder model) written by "
+             "`model.save_pretrained(...)` (config.json and its weights)")
     if role != "drafter":
         return f"A {role} directory holds {model}."
     return (
