@@ -131,7 +131,6 @@ def decode(model: PreTrainedModel, input_ids: torch.LongTensor, logits_processor
     the call's Source current. `input_ids` [batch, decoder_prompt_len] is the decoder's prompt (the start token, or
     the caller's decoder_input_ids, e.g. Whisper's language and task tokens); `inputs_tensor` what the encoder read;
     `loop` is `loop.speculative_decode` (passed in: the loop's modules import this one)."""
-
     model_kwargs = {name: kwargs.pop(name) for name in list(kwargs) if name not in _LOOP_KEYWORDS}
     source = source_of(model, input_ids.shape[0], None if encoder_outputs_given else inputs_tensor, model_kwargs)
     loop_kwargs = {name: value for name, value in model_kwargs.items() if name not in _ENCODER_KWARGS}
@@ -144,8 +143,8 @@ def decode(model: PreTrainedModel, input_ids: torch.LongTensor, logits_processor
             f"targets only; draft for {type(model).__name__} with a model or prompt lookup."
         )
     with _current(source):
-        return loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
-                                  streamer, **kwargs, **loop_kwargs)
+        return loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,
+                    **kwargs, **loop_kwargs)
 
 
 #: speculative_decode's own keywords (bound by dispatch); every other keyword is a model kwarg of generate()'s.
