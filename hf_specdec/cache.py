@@ -21,6 +21,7 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, ge
 from hf_specdec.attention import packing_gqa
 from hf_specdec.compat import cache_argument, feeds_positions, forward_parameters
 from hf_specdec.errors import UnsupportedModelError
+from hf_specdec import seq2seq
 from hf_specdec import tree as trees
 
 #: Layer types whose attention a position-space mask can express (transformers' `layer_types` names).
@@ -192,7 +193,10 @@ class CachedModel:
                 f"attn_implementation={model.config._attn_implementation!r} takes none. Load the model with "
                 "attn_implementation='sdpa' (or 'eager')."
             )
-        self.cache = _new_cache(model, self.layout)
+        # A decoder attending to an encoder output (an encoder-decoder model's): fed from the call's source; `cache` is
+        # then its self-attention cache.
+        self.feed = seq2seq.feed_for(model, batch_size)
+        self.cache = _new_cache(model, self.layout) if self.feed is None else self.feed.self_attention
         self._mask_dtype = model.dtype  # read once: PreTrainedModel.dtype walks the parameters
         # The two values of an additive mask, made once (each costs a tensor op; on a GPU torch.tensor(value) waits).
         self._seen = torch.zeros((), dtype=self._mask_dtype, device=self.model_device)
@@ -213,6 +217,8 @@ class CachedModel:
         # from generate() makes a model with position embeddings place them itself. A drafter's positions
         # change only its drafts, never the output.
         self._positions = feeds_positions(model) or vocab_subset is not None
+        if self.feed is not None and self.feed.seq2seq:  # an encoder-decoder model's decoder_position_ids
+            self._positions = self.feed.feeds_positions
         self.num_forwards = 0
         # A reduced head (FR-Spec): logits only for `vocab_subset`, -inf elsewhere.
         self.vocab_subset = None
@@ -294,6 +300,8 @@ class CachedModel:
         """One forward of the model on prepared inputs: (logits of the last `num_logits` chunk columns,
         [batch, n, vocab] float32 on the loop's device; the model's outputs)."""
         self.num_forwards += 1
+        if self.feed is not None:
+            inputs = self.feed.inputs(inputs)
         with packing_gqa():  # a few-token forward attends without copying grouped keys (hf_specdec.attention)
             if self.vocab_subset is not None:
                 outputs = self.model.base_model(**inputs)
@@ -432,6 +440,8 @@ class CachedModel:
         self.valid = self.valid[index]
         self.positions = self.positions[index]
         self.num_cached = self.num_cached[index]
+        if self.feed is not None:
+            self.feed.select_rows(index)
 
     def compact(self) -> None:
         """Moves every row's live columns to the right end, in order, and drops the all-masked left

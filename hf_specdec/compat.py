@@ -60,9 +60,10 @@ def check_gamma(gamma: Any) -> DraftPolicy:
 
 def check_request(target: PreTrainedModel, kwargs: dict[str, Any], streamer: Any) -> None:
     """Checks what can be checked from generate()'s raw arguments."""
-    if target.config.is_encoder_decoder:
+    if target.config.is_encoder_decoder and not is_seq2seq(target):
         raise UnsupportedModelError(
-            f"{type(target).__name__} is an encoder-decoder model; hf_specdec supports decoder-only causal LMs."
+            f"{type(target).__name__} is an encoder-decoder model whose forward takes no decoder_input_ids; hf_specdec "
+            "drives a decoder through them (or decoder-only causal LMs). Decode it without drafter=."
         )
     for name in CONFLICTING_KWARGS:
         if kwargs.get(name) is not None:
@@ -249,6 +250,36 @@ def _head_width(model: PreTrainedModel) -> int:
     return model.config.get_text_config().vocab_size
 
 
+def _model_width(config) -> int | None:
+    """The width of a model's hidden states by its config (d_model / hidden_size), None where it names none."""
+    config = config.get_text_config(decoder=True)
+    return getattr(config, "d_model", None) or getattr(config, "hidden_size", None)
+
+
+def check_encoder_side(target: PreTrainedModel, drafter: PreTrainedModel) -> None:
+    """For an encoder-decoder target: the drafter is an encoder-decoder model whose encoder reads what the target's
+    reads (text ids, audio features), a decoder that reads the target's encoder output at its width
+    (distil-whisper's shape), or a plain causal LM (it drafts from the decoder's tokens alone)."""
+    name, target_name = type(drafter).__name__, type(target).__name__
+    if is_seq2seq(drafter):
+        if drafter.main_input_name != target.main_input_name:
+            raise UnsupportedModelError(
+                f"the drafter {name}'s encoder reads {drafter.main_input_name}, the target {target_name}'s reads "
+                f"{target.main_input_name}; use a drafter of the target's kind (or one that reads its encoder output)."
+            )
+        return
+    if not reads_encoder_output(drafter):
+        return
+    expected = getattr(drafter.config, "cross_attention_hidden_size", None) or _model_width(drafter.config)
+    given = _model_width(target.config)
+    if expected is not None and given is not None and expected != given:
+        raise UnsupportedModelError(
+            f"the drafter {name}'s cross-attention reads encoder states of width {expected}, and the target "
+            f"{target_name}'s encoder writes width {given}; use a drafter made for this target's encoder (the same "
+            "d_model), or an encoder-decoder drafter with an encoder of its own."
+        )
+
+
 def check_model_pair(
     target: PreTrainedModel,
     drafter: PreTrainedModel,
@@ -257,8 +288,13 @@ def check_model_pair(
     drafter_tokenizer=None,
 ) -> int:
     """Checks a (target, drafter model) pair and returns the vocabulary width both are scored on."""
-    if drafter.config.is_encoder_decoder:
-        raise UnsupportedModelError(f"the drafter {type(drafter).__name__} must be a decoder-only causal LM.")
+    if is_seq2seq(target):
+        check_encoder_side(target, drafter)
+    elif drafter.config.is_encoder_decoder or is_seq2seq(drafter):
+        raise UnsupportedModelError(
+            f"the drafter {type(drafter).__name__} has an encoder, and the target {type(target).__name__} has none to "
+            "give it input; use a decoder-only causal LM as drafter."
+        )
     check_model_interface(drafter, "drafter")
     check_special_tokens(target, drafter)
     if tokenizer is not None and drafter_tokenizer is not None:
@@ -373,6 +409,20 @@ def _built_as_encoder(model: PreTrainedModel) -> bool:
         return False
 
 
+def is_seq2seq(model: torch.nn.Module) -> bool:
+    """Whether `model` is an encoder-decoder model with a language-model head: its forward takes the decoder's tokens
+    as `decoder_input_ids` (BART, T5, Marian, Whisper, ...), its own input being the encoder's."""
+    return "decoder_input_ids" in forward_parameters(model)
+
+
+def reads_encoder_output(model: torch.nn.Module) -> bool:
+    """Whether `model` is a decoder that attends to an encoder output given to its forward (distil-whisper's
+    WhisperForCausalLM, BartForCausalLM, TrOCR): it could draft for an encoder-decoder target from that target's
+    encoder output."""
+    parameters = forward_parameters(model)
+    return not is_seq2seq(model) and ("encoder_hidden_states" in parameters or "encoder_outputs" in parameters)
+
+
 def cache_argument(module: torch.nn.Module) -> str | None:
     """The keyword `module`'s forward takes its cache by: this transformers' name (CACHE_KWARG), else
     `past_key_values` (remote code and our own heads written for 5.23 and earlier), else None."""
@@ -391,15 +441,24 @@ def check_model_interface(model: PreTrainedModel, role: str = "target") -> None:
             f"{name} keeps its decoding state outside `{CACHE_KWARG}` (its forward takes none), so speculative "
             f"decoding cannot roll it back; decode it without drafter= (or use another {role})."
         )
-    inner = model.base_model
-    if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in forward_parameters(inner).values()):
-        inner = model.get_decoder()  # a wrapper that passes everything on to the decoder it holds
-    if "attention_mask" not in forward_parameters(inner):
-        raise UnsupportedModelError(
-            f"{name}'s {type(inner).__name__} takes no attention_mask, so the padding and rejected drafts the "
-            f"loop masks would be attended to; decode it without drafter= (or use another {role})."
-        )
-    if _built_as_encoder(model):
+    if is_seq2seq(model):
+        if "decoder_attention_mask" not in forward_parameters(model):
+            raise UnsupportedModelError(
+                f"{name} takes no decoder_attention_mask, so the rejected drafts the loop masks would be attended "
+                f"to; decode it without drafter= (or use another {role})."
+            )
+    else:
+        inner = model.base_model
+        if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in forward_parameters(inner).values()):
+            inner = model.get_decoder()  # a wrapper that passes everything on to the decoder it holds
+        if "attention_mask" not in forward_parameters(inner):
+            raise UnsupportedModelError(
+                f"{name}'s {type(inner).__name__} takes no attention_mask, so the padding and rejected drafts the "
+                f"loop masks would be attended to; decode it without drafter= (or use another {role})."
+            )
+    # (An encoder-decoder model's config says is_decoder=False of the whole; its decoder modules are asked alone.)
+    if _built_as_encoder(model) and not (is_seq2seq(model) and any(
+            getattr(module, "is_decoder", None) for module in model.get_decoder().modules())):
         raise UnsupportedModelError(
             f"{name} is built as an encoder (config.is_decoder=False): it attends bidirectionally, so in a "
             "verification forward every token would see the drafts after it, while plain generate() feeds one "
@@ -429,6 +488,15 @@ def check_target(model: PreTrainedModel, batch_size: int) -> None:
         return
     name = type(model).__name__
     parameters = forward_parameters(model)
+    if is_seq2seq(model):
+        if "decoder_position_ids" not in parameters:
+            raise UnsupportedModelError(
+                f"{name}'s decoder takes no decoder_position_ids: it places tokens (learned positions, or a relative "
+                "bias) by its cache's length, which the masked columns of rejected drafts would shift in a batch of "
+                f"{batch_size}, where rows accept different numbers of drafts; generate one input at a time with "
+                "drafter= (docs/encoder-decoder.md says why batches are refused rather than evened out)."
+            )
+        return
     if not feeds_positions(model) and _has_positional_weights(model):
         hidden = " (its forward is wrapped in one whose signature hides them from generate())" if "position_ids" in parameters else ""
         raise UnsupportedModelError(

@@ -8,12 +8,13 @@ config, processors and stopping criteria); calls without `drafter=` reach the or
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 from transformers import GenerationMixin, PreTrainedModel, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from hf_specdec import attention, compat, pipelines
+from hf_specdec import attention, compat, pipelines, seq2seq
 from hf_specdec.drafters import resolve_drafter
 from hf_specdec.drafters.translated import for_tokenizers
 from hf_specdec.errors import InvalidInputError, UnsupportedModelError
@@ -29,15 +30,18 @@ SPEC_KWARGS = ("gamma", "generator", "stats", "drafter_tokenizer")
 def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs):
     """generate() with `drafter=`; the same arguments as generate() plus SPEC_KWARGS."""
     generate = _original_generate or GenerationMixin.generate
-    if type(target).generate is not GenerationMixin.generate:
-        raise _own_generate_error(target)
+    # A model with its own generate() (Whisper's prepares language and task tokens, timestamps, long-form audio)
+    # reaches here through it only when it hands our keywords on to GenerationMixin.generate: decode from here.
     gamma = kwargs.pop("gamma", None)  # None: the cost-aware default policy
     compat.check_gamma(gamma)
     spec = {name: kwargs.pop(name) for name in SPEC_KWARGS[1:] if name in kwargs}
     streamer = kwargs.get("streamer")
-    if args:
-        kwargs.setdefault("inputs", args[0])
-        args = args[1:]
+    if args:  # by name, as generate() would bind them (a model's own generate() may pass several positionally)
+        for name, value in zip(_positional_names(generate), args):
+            if name in kwargs:
+                raise TypeError(f"generate() got multiple values for argument {name!r}")
+            kwargs[name] = value
+        args = ()
     compat.check_request(target, kwargs, streamer)
     drafter = resolve_drafter(drafter)
 
@@ -58,13 +62,25 @@ def generate_with_drafter(target: PreTrainedModel, drafter: Any, *args, **kwargs
     decode = functools.partial(
         speculative_decode, drafter=drafter, gamma=gamma, streamer=streamer, tokenizer=tokenizer, **spec
     )
+    if compat.is_seq2seq(target):  # the loop over the decoder, generate() having run the encoder
+        decode = functools.partial(
+            seq2seq.decode, loop=speculative_decode, encoder_outputs_given=kwargs.get("encoder_outputs") is not None,
+            **decode.keywords,
+        )
     return generate(target, *args, custom_generate=decode, **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _positional_names(generate) -> tuple[str, ...]:
+    """The names generate()'s positional arguments bind to, after `self`."""
+    parameters = inspect.signature(generate).parameters.values()
+    return tuple(p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD)[1:]
 
 
 def _own_generate_error(model) -> UnsupportedModelError:
     return UnsupportedModelError(
-        f"{type(model).__name__} has its own generate(), which prepares inputs that the drafter= keyword cannot "
-        "reach; decode it without drafter=."
+        f"{type(model).__name__} has its own generate(), which did not hand drafter= on to GenerationMixin.generate; "
+        "decode it without drafter=."
     )
 
 

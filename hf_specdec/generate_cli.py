@@ -239,7 +239,9 @@ def _generate(args: argparse.Namespace, prompts: list[str]) -> int:
         sequences = target.generate(**inputs, stats=stats, **generate_kwargs)
         if args.stream:
             continue  # the streamer printed the completion and its newline
-        completions = tokenizer.batch_decode(sequences[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        # A causal LM's output starts with the prompt; an encoder-decoder model's with its decoder's start token.
+        start = 0 if target.config.is_encoder_decoder else inputs["input_ids"].shape[1]
+        completions = tokenizer.batch_decode(sequences[:, start:], skip_special_tokens=True)
         for prompt, completion in zip(batch, completions):
             print(json.dumps({"prompt": prompt, "completion": completion}) if args.jsonl else completion, flush=True)
     print(f"{stats.summary()} time={time.perf_counter() - start:.2f}s", file=sys.stderr)

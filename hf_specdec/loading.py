@@ -16,8 +16,11 @@ from pathlib import Path
 
 import torch
 from huggingface_hub import try_to_load_from_cache
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+)
 
 from hf_specdec.drafters.feature import FeatureDrafter
 from hf_specdec.eagle import SAFETENSORS, is_feature_head, load_feature_head
@@ -100,7 +103,7 @@ def load_model(
             "pass a directory written by `model.save_pretrained(...)`, or download the hub model first "
             "(`hf download <repo_id>`)."
         )
-    _check_causal_lm_config(path, role)
+    auto = _check_causal_lm_config(path, role)
     if quantization == "int8-bnb":
         # Only this exact per-call message is dropped; other bitsandbytes logs still reach the user.
         logging.getLogger("bitsandbytes.autograd._functions").addFilter(_cast_warning_filter)
@@ -112,7 +115,9 @@ def load_model(
     if device is not None:  # "auto" or a dict: accelerate shards the model over devices
         kwargs["device_map"] = device if device == "auto" or isinstance(device, dict) else {"": str(device)}
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model, info = auto.from_pretrained(path, **kwargs)
+    except OSError as error:  # a config.json without weights beside it
+        raise DrafterLoadError(f"{role} {path!r}: {error}. {_expected(role)}") from error
     except ImportError as error:  # the backend is installed but cannot run here (no kernels, wrong torch)
         raise QuantizationBackendError(
             f"loading {role} {path!r} with quantization={quantization!r} failed: {error}. Try another "
@@ -131,7 +136,8 @@ def load_model(
 
 def _expected(role: str) -> str:
     """What a directory for `role` should hold, for error messages."""
-    model = "a causal LM written by `model.save_pretrained(...)` (config.json and its weights)"
+    model = ("a causal LM (or, for an encoder-decoder target, an encoder-decoder model) written by "
+             "`model.save_pretrained(...)` (config.json and its weights)")
     if role != "drafter":
         return f"A {role} directory holds {model}."
     return (
@@ -141,19 +147,23 @@ def _expected(role: str) -> str:
     )
 
 
-def _check_causal_lm_config(path: str, role: str) -> None:
-    """Raises DrafterLoadError unless `path` has a config.json of a model type AutoModelForCausalLM loads."""
+def _check_causal_lm_config(path: str, role: str):
+    """The auto class that loads `path`: AutoModelForCausalLM, or AutoModelForSeq2SeqLM for a text encoder-decoder
+    model (BART, T5, Marian: summarization and translation, docs/encoder-decoder.md); DrafterLoadError for others."""
     if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
         raise DrafterLoadError(f"{role} {path!r} holds no config.json. {_expected(role)}")
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as error:  # no config.json, or a model_type transformers does not know
         raise DrafterLoadError(f"{role} {path!r} holds no config.json transformers can read ({error}). {_expected(role)}") from error
+    if config.is_encoder_decoder and config.model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        return AutoModelForSeq2SeqLM
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise DrafterLoadError(
             f"{role} {path!r} holds a {config.model_type!r} model, which is not a causal LM "
             f"(AutoModelForCausalLM does not load it). {_expected(role)}"
         )
+    return AutoModelForCausalLM
 
 
 def load_drafter(

@@ -1,10 +1,13 @@
-"""`drafter=` in transformers' text-generation pipeline: `pipe(prompt, drafter=draft, gamma=4)`.
+"""`drafter=` in transformers' text-generation and automatic-speech-recognition pipelines:
+`pipe(prompt, drafter=draft, gamma=4)`.
 
 Contract: TextGenerationPipeline already forwards kwargs it does not know (at construction or per call)
 to generate(); `install()` adds only what generate() cannot know: the pipeline's tokenizer as
 `tokenizer=` (for the drafter compatibility check), and a drafter given as a path loaded once per
 pipeline (with its own tokenizer when the checkpoint has one), not once per batch. The loaded drafter
-is shared by every call of the pipeline, which drafters allow (their per-call state lives in the call).
+is shared by every call of the pipeline, which drafters allow (their per-call state lives in the call). The
+speech-recognition pipeline hands generate() every keyword it does not know already; it gains the load-once of path
+drafters (a distil-whisper decoder checkpoint).
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 import os
 import threading
 
-from transformers import TextGenerationPipeline
+from transformers import AutomaticSpeechRecognitionPipeline, TextGenerationPipeline
 
 from hf_specdec.loading import load_drafter, load_tokenizer
 
 _original_sanitize_parameters = None
+_original_asr_sanitize_parameters = None
 
 
 _LOAD_LOCK = threading.Lock()
@@ -45,19 +49,30 @@ def _sanitize_parameters(self: TextGenerationPipeline, **kwargs):
     return preprocess_params, forward_params, postprocess_params
 
 
+def _asr_sanitize_parameters(self: AutomaticSpeechRecognitionPipeline, **kwargs):
+    preprocess_params, forward_params, postprocess_params = _original_asr_sanitize_parameters(self, **kwargs)
+    drafter = forward_params.get("drafter")
+    if isinstance(drafter, (str, os.PathLike)) and drafter != "prompt_lookup":
+        forward_params["drafter"], _ = _load_path_drafter(self, drafter)
+    return preprocess_params, forward_params, postprocess_params
+
+
 def install() -> None:
-    """Makes every text-generation pipeline hand its tokenizer (and loaded path drafters) to generate().
-    Idempotent."""
-    global _original_sanitize_parameters
+    """Makes every text-generation pipeline hand its tokenizer (and loaded path drafters) to generate(), and every
+    speech-recognition pipeline its loaded path drafters. Idempotent."""
+    global _original_sanitize_parameters, _original_asr_sanitize_parameters
     if _original_sanitize_parameters is not None:
         return
     _original_sanitize_parameters = TextGenerationPipeline._sanitize_parameters
     TextGenerationPipeline._sanitize_parameters = _sanitize_parameters
+    _original_asr_sanitize_parameters = AutomaticSpeechRecognitionPipeline._sanitize_parameters
+    AutomaticSpeechRecognitionPipeline._sanitize_parameters = _asr_sanitize_parameters
 
 
 def uninstall() -> None:
-    global _original_sanitize_parameters
+    global _original_sanitize_parameters, _original_asr_sanitize_parameters
     if _original_sanitize_parameters is None:
         return
     TextGenerationPipeline._sanitize_parameters = _original_sanitize_parameters
-    _original_sanitize_parameters = None
+    AutomaticSpeechRecognitionPipeline._sanitize_parameters = _original_asr_sanitize_parameters
+    _original_sanitize_parameters = _original_asr_sanitize_parameters = None

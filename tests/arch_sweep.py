@@ -28,6 +28,10 @@ Only the public API is used (`import hf_specdec`; generate(drafter=..., gamma=..
 seeded and runs on one CPU thread; each model does a fixed, small amount of work (no timeouts).
 
     python tests/arch_sweep.py [OUT.json] [--stress] [--table docs/support.md] [--only TYPE ...]
+    python tests/arch_sweep.py --seq2seq [--table docs/support.md] [--only TYPE ...]
+
+`--seq2seq` sweeps the classes of transformers' seq2seq and speech-seq2seq mappings instead (`sweep_seq2seq_model`)
+and rewrites only their section of the table.
 
 `--table` writes the support table the README links to (one row per model type, for chains and for trees:
 exact, exact at batch 1 only, or refused, with the reason). tests/test_arch_sweep.py runs the same
@@ -511,6 +515,8 @@ def main(argv: list[str]) -> int:
     if "--table" in argv:
         index = argv.index("--table")
         table, argv = argv[index + 1], argv[:index] + argv[index + 2 :]
+    if "--seq2seq" in argv:
+        return main_seq2seq(only, table)
     if argv:
         out_path = argv[0]
     model_types = sweep_names(only or arch_zoo.MODEL_TYPES)
@@ -528,6 +534,132 @@ def main(argv: list[str]) -> int:
     print(f"\nwrote {out_path}")
     if table:
         write_table(records, table, f"transformers {transformers.__version__}, torch {torch.__version__}")
+        print(f"wrote {table}")
+    return 0
+
+
+
+# Encoder-decoder and speech-to-text classes (arch_zoo.SEQ2SEQ_CLASSES): the same classification, with the encoder's
+# input (source text, audio) in place of the prompt; a noisy copy as drafter (an encoder-decoder drafter, or the
+# decoder-only drafter of a decoder-only audio LM), and prompt lookup (over the source where it has token ids).
+SEQ2SEQ_CASES = (("b1", 1, "model"), ("b1_lookup", 1, "prompt_lookup"), ("b3pad", 3, "model"))
+
+
+def run_seq2seq_case(hf_specdec, target, drafter, rows: int, gamma: Any = GAMMA) -> dict[str, Any]:
+    inputs = arch_zoo.encoder_inputs(target, rows, seed=rows)
+    kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=SHORT, **inputs)  # (FSMT's config asks for beams)
+    result: dict[str, Any] = {}
+    torch.manual_seed(0)
+    try:
+        with torch.no_grad():
+            plain = target.generate(**kwargs)
+    except Exception as error:  # noqa: BLE001
+        return dict(cls=PLAIN_FAILS, error=_error(error))
+    plain = plain if isinstance(plain, torch.Tensor) else plain.sequences
+    counters = [ForwardCounter(target)] + ([ForwardCounter(drafter)] if isinstance(drafter, torch.nn.Module) else [])
+    torch.manual_seed(0)
+    try:
+        with torch.no_grad():
+            spec = target.generate(**kwargs, drafter=drafter, gamma=gamma)
+    except hf_specdec.SpeculativeError as error:
+        forwards = sum(c.calls for c in counters)
+        return dict(cls=REFUSED_BEFORE if forwards == 0 else REFUSED_AFTER, error=_error(error))
+    except Exception as error:  # noqa: BLE001
+        return dict(cls=CRASH, error=_error(error))
+    finally:
+        result["target_forwards"] = counters[0].calls
+        for counter in counters:
+            counter.remove()
+    spec = spec if isinstance(spec, torch.Tensor) else spec.sequences
+    if spec.shape == plain.shape and torch.equal(spec, plain):
+        return dict(result, cls=EXACT)
+    diff = (spec[:, : plain.shape[1]] != plain[:, : spec.shape[1]]).nonzero()
+    first = {"row": int(diff[0, 0]), "position": int(diff[0, 1])} if len(diff) else {"shapes": [plain.shape, spec.shape]}
+    return dict(result, cls=DIFFERS, first_diff=first)
+
+
+def sweep_seq2seq_model(hf_specdec, model_type: str, class_name: str) -> dict[str, Any]:
+    """One record of a seq2seq-mapping class: its cases (SEQ2SEQ_CASES) and overall class."""
+    record: dict[str, Any] = {"model_type": model_type, "info": {"class": class_name}}
+    try:
+        target = arch_zoo.build_seq2seq(model_type, class_name)
+        arch_zoo.encoder_inputs(target, 1)
+    except arch_zoo.Unbuildable as error:
+        record.update(overall=SKIPPED, skip_reason=str(error), cases=[])
+        return record
+    drafter = tiny_models.perturbed(target, scale=DRAFT_NOISE, seed=123)
+    record["cases"] = []
+    for name, rows, kind in SEQ2SEQ_CASES:
+        case = run_seq2seq_case(hf_specdec, target, drafter if kind == "model" else kind, rows)
+        record["cases"].append({"case": name, **case})
+    record["overall"] = _worst(record["cases"])
+    return record
+
+
+def seq2seq_status(record: dict[str, Any]) -> tuple[str, str]:
+    """(hf_specdec, why) of a seq2seq record for the support table."""
+    cases = record["cases"]
+    if record["overall"] == SKIPPED:
+        return "not swept", record["skip_reason"]
+    classes = {c["case"]: c["cls"] for c in cases}
+    if set(classes.values()) == {EXACT}:
+        return "exact", ""
+    refusals = [c for c in cases if c["cls"] == REFUSED_BEFORE]
+    if all(cls in (EXACT, REFUSED_BEFORE, PLAIN_FAILS) for cls in classes.values()):
+        if classes.get("b1") == EXACT and refusals:
+            return "exact at batch 1; refused in batches", refusals[0]["error"]["message"].split(";")[0]
+        if refusals:
+            return "refused", refusals[0]["error"]["message"].split(";")[0]
+        failing = next(c for c in cases if c["cls"] == PLAIN_FAILS)
+        return "plain generate() fails", failing["error"]["message"][:160]
+    worst = next(c for c in cases if c["cls"] == record["overall"])
+    return f"**{record['overall']}**", _reason(worst)[:160]
+
+
+SEQ2SEQ_HEADING = "## Encoder-decoder and speech-to-text types"
+
+
+def write_seq2seq_table(records: list[dict[str, Any]], path: str, versions: str) -> None:
+    """Replaces the section SEQ2SEQ_HEADING of the support table at `path` (appends it where there is none)."""
+    statuses = [seq2seq_status(record)[0] for record in records]
+    lines = [
+        SEQ2SEQ_HEADING,
+        "",
+        f"Generated by `python tests/arch_sweep.py --seq2seq --table {path}` ({versions}): every class of transformers' "
+        "seq2seq and speech-seq2seq mappings, tiny and seeded, greedy fp32 against plain `generate()` on the same "
+        f"input: one source with a noisy copy as drafter (`gamma={GAMMA}`), the same with prompt lookup, and a padded "
+        "batch of 3 sources. Decoder-only audio LMs in these mappings follow the decoder-only rules (above). "
+        "See docs/encoder-decoder.md.",
+        "",
+        f"Summary: {', '.join(f'{n} {label}' for label, n in collections.Counter(statuses).most_common())}.",
+        "",
+        "| model type | class | drafter= | why |",
+        "|---|---|---|---|",
+    ]
+    for record in records:
+        status, why = seq2seq_status(record)
+        cells = (record["model_type"], record["info"]["class"], status, why)
+        lines.append("| " + " | ".join(str(cell).replace("|", "/").replace("\n", " ") for cell in cells) + " |")
+    text = open(path).read() if os.path.exists(path) else ""
+    if SEQ2SEQ_HEADING in text:
+        text = text[: text.index(SEQ2SEQ_HEADING)]
+    with open(path, "w") as f:
+        f.write(text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n")
+
+
+def main_seq2seq(only: list[str] | None, table: str | None) -> int:
+    import transformers
+
+    import hf_specdec
+
+    classes = [(t, c) for t, c in arch_zoo.SEQ2SEQ_CLASSES if not only or t in only]
+    records = []
+    for model_type, class_name in classes:
+        records.append(sweep_seq2seq_model(hf_specdec, model_type, class_name))
+        print(f"[{len(records)}/{len(classes)}] {model_type} {class_name}: {records[-1]['overall']}"
+              f" {seq2seq_status(records[-1])}", file=sys.stderr, flush=True)
+    if table:
+        write_seq2seq_table(records, table, f"transformers {transformers.__version__}, torch {torch.__version__}")
         print(f"wrote {table}")
     return 0
 

@@ -402,3 +402,101 @@ def build(model_type: str, seed: int = 0, is_decoder: bool = True) -> torch.nn.M
     for name, token in (("pad_token_id", PAD), ("bos_token_id", BOS), ("eos_token_id", EOS)):
         setattr(model.generation_config, name, token)
     return model
+
+
+# Encoder-decoder and speech-to-text types: transformers' seq2seq and speech-seq2seq mappings (the same type may name
+# a text and a speech class there: each class is its own record).
+from transformers.models.auto.modeling_auto import (  # noqa: E402
+    MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
+)
+
+#: (model_type, class name) of every class in the two mappings, sorted.
+SEQ2SEQ_CLASSES: list[tuple[str, str]] = sorted(
+    {(t, c) for mapping in (MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES)
+     for t, c in mapping.items()}
+)
+
+#: Seq2seq types whose tiny config needs more than the generic shrink (each with why).
+SEQ2SEQ_OVERRIDES: dict[str, Any] = {
+    # LED and BigBird-Pegasus attend locally in blocks/windows sized for long documents.
+    "led": {"attention_window": [8, 8]},
+    "bigbird_pegasus": {"attention_type": "original_full", "block_size": 8},
+    "longt5": {"local_radius": 8},
+    "marian": {"decoder_vocab_size": VOCAB, "pad_token_id": PAD, "decoder_start_token_id": PAD},
+    # Audio encoders sized for 30 s windows: a window of 32 frames.
+    "whisper": {"max_source_positions": 16, "num_mel_bins": 8, "decoder_start_token_id": 3,
+                "begin_suppress_tokens": None, "suppress_tokens": None},
+    "speech_to_text": {"max_source_positions": 32},
+}
+
+
+def build_seq2seq(model_type: str, class_name: str, seed: int = 0) -> torch.nn.Module:
+    """The tiny seeded model of one seq2seq-mapping class, as `build` makes causal LMs (raises Unbuildable); its
+    generation config starts the decoder at EOS where the config names no start token (BART's convention)."""
+    cls = getattr(transformers, class_name, None)
+    if cls is None:
+        raise Unbuildable(f"transformers exports no {class_name}")
+    config_cls = cls.config_class
+    try:
+        default = config_cls()
+    except Exception as error:  # noqa: BLE001  (composite configs that need sub-configs: EncoderDecoderModel)
+        raise Unbuildable(f"{config_cls.__name__}() has no defaults to shrink: {str(error).splitlines()[0][:120]}")
+    kwargs = _shrink(default, top=True)
+    kwargs.update(SEQ2SEQ_OVERRIDES.get(model_type, {}))
+    torch.manual_seed(seed)
+    try:
+        model = cls(config_cls(**kwargs))
+    except Exception as error:  # noqa: BLE001  (a config the generic shrink leaves inconsistent: recorded, not hidden)
+        first = str(error).strip().splitlines()
+        raise Unbuildable(f"the generic tiny config does not build: {type(error).__name__}: "
+                          f"{' '.join(first[:2])[:140]}")
+    model = model.float().eval()
+    head = model.get_output_embeddings()
+    if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
+        raise Unbuildable(f"{class_name} has no output embedding with a weight to sharpen")
+    model = tiny_models._finish(model)
+    generation = model.generation_config
+    for name in ("decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id"):
+        if name == "decoder_start_token_id" and getattr(generation, name, None) is None:
+            setattr(generation, name, getattr(model.config, name, None) or EOS)
+        elif name != "decoder_start_token_id":
+            setattr(generation, name, None)
+    generation.max_length = None
+    return model
+
+
+def encoder_inputs(model: torch.nn.Module, batch: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Seeded inputs for `model`'s encoder by its main input: token ids (rows of 10, 7, 4 ... tokens, right-padded
+    with a mask), or audio features / samples of the first shape its encoder takes (asked by running the encoder on
+    candidates). Raises Unbuildable where none fits."""
+    gen = torch.Generator().manual_seed(seed)
+    name = model.main_input_name
+    if name == "input_ids":  # padded on the right for an encoder, on the left for a decoder-only audio LM
+        lengths = [max(10 - 3 * row, 3) for row in range(batch)]
+        ids = torch.full((batch, max(lengths)), PAD, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, length in enumerate(lengths):
+            where = slice(0, length) if model.config.is_encoder_decoder else slice(max(lengths) - length, None)
+            ids[row, where] = torch.randint(3, VOCAB, (length,), generator=gen)
+            mask[row, where] = 1
+        return {"input_ids": ids, "attention_mask": mask}
+    config = model.config
+    frames = 2 * getattr(config, "max_source_positions", 16)
+    width = next((getattr(config, f) for f in ("num_mel_bins", "feature_size", "input_feat_per_channel")
+                  if isinstance(getattr(config, f, None), int)), 8)
+    candidates = [(batch, width, frames), (batch, frames, width * getattr(config, "input_channels", 1)),
+                  (batch, 3200)]
+    try:
+        encoder = model.get_encoder()
+    except Exception as error:  # noqa: BLE001
+        raise Unbuildable(f"{type(model).__name__} has no encoder to size its {name}: {error}")
+    for shape in candidates:
+        values = torch.randn(*shape, generator=gen)
+        try:
+            with torch.no_grad():
+                encoder(**{name: values})
+            return {name: values}
+        except Exception:  # noqa: BLE001  (a shape this encoder does not take: try the next)
+            continue
+    raise Unbuildable(f"no {name} shape among {[list(s) for s in candidates]} runs {type(encoder).__name__}")

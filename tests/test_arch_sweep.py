@@ -65,3 +65,34 @@ def test_bert_built_as_an_encoder_is_refused_before_decoding():
 @pytest.mark.parametrize("model_type", [t for t in arch_sweep.sweep_names(arch_zoo.MODEL_TYPES) if t not in FAST])
 def test_every_causal_lm_type_is_exact_or_refused_before_decoding(model_type):
     _check(model_type)
+
+
+#: Encoder-decoder classes of the default suite and their status; the whole seq2seq sweep runs with `pytest -m sweep`.
+SEQ2SEQ_FAST = {
+    ("bart", "BartForConditionalGeneration"): "exact at batch 1; refused in batches",
+    ("t5", "T5ForConditionalGeneration"): "exact at batch 1; refused in batches",
+    ("whisper", "WhisperForConditionalGeneration"): "exact",
+    ("qwen2_audio", "Qwen2AudioForConditionalGeneration"): "exact",  # a decoder-only audio LM, text-only input
+}
+SEQ2SEQ_BROKEN = (arch_sweep.DIFFERS, arch_sweep.CRASH, arch_sweep.REFUSED_AFTER)
+
+
+def _check_seq2seq(model_type: str, class_name: str, expected: str | None = None) -> None:
+    record = arch_sweep.sweep_seq2seq_model(hf_specdec, model_type, class_name)
+    if record["overall"] == arch_sweep.SKIPPED:
+        pytest.skip(f"{class_name} cannot be built small: {record['skip_reason']}")
+    broken = [(c["case"], c["cls"], arch_sweep._reason(c)) for c in record["cases"] if c["cls"] in SEQ2SEQ_BROKEN]
+    assert not broken, broken
+    if expected is not None:
+        assert arch_sweep.seq2seq_status(record)[0] == expected
+
+
+@pytest.mark.parametrize("model_type, class_name", sorted(SEQ2SEQ_FAST))
+def test_common_encoder_decoder_classes_are_exact_or_refused_before_decoding(model_type, class_name):
+    _check_seq2seq(model_type, class_name, SEQ2SEQ_FAST[model_type, class_name])
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("model_type, class_name", [c for c in arch_zoo.SEQ2SEQ_CLASSES if c not in SEQ2SEQ_FAST])
+def test_every_encoder_decoder_class_is_exact_or_refused_before_decoding(model_type, class_name):
+    _check_seq2seq(model_type, class_name)

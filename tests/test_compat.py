@@ -145,12 +145,13 @@ def test_assistant_model_with_drafter(target, unrelated_drafter):
     assert "assistant_model" in message
 
 
-def test_encoder_decoder_target_is_rejected(target):
+def test_encoder_decoder_drafter_of_a_decoder_only_target_is_rejected(target):
+    """(Encoder-decoder targets are tests/test_seq2seq.py's.) A drafter with an encoder has no input for it here."""
     from transformers import T5Config, T5ForConditionalGeneration
 
     t5 = T5ForConditionalGeneration(T5Config(vocab_size=96, d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16))
-    with pytest.raises(errors.UnsupportedModelError, match="encoder-decoder"):
-        t5.generate(_ids(), max_new_tokens=3, drafter=target)
+    with pytest.raises(errors.UnsupportedModelError, match="has an encoder"):
+        target.generate(_ids(), max_new_tokens=3, drafter=t5)
 
 
 def test_right_padding_is_rejected(target):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from hf_specdec import compat
+from hf_specdec import compat, seq2seq
 from hf_specdec.cache import CachedModel
 from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures, declared_acceptance
 from hf_specdec.tree import DraftTree, build_tree
@@ -27,7 +27,9 @@ class ModelDrafter(Drafter):
         self.vocab_subset = None if subset is None else torch.tensor(subset, dtype=torch.long)
 
     def check_compatible(self, target, generation_config, tokenizer=None, drafter_tokenizer=None) -> int:
-        return compat.check_model_pair(target, self.model, generation_config, tokenizer, drafter_tokenizer)
+        shared = compat.check_model_pair(target, self.model, generation_config, tokenizer, drafter_tokenizer)
+        seq2seq.check_drafter_encoder(self.model)
+        return shared
 
     @property
     def expected_acceptance(self) -> float | None:

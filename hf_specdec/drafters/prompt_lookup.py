@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from hf_specdec.drafters.base import Draft, DraftContext, StatelessDrafter
+from hf_specdec import seq2seq
+from hf_specdec.drafters.base import Draft, DraftContext, DraftSession, StatelessDrafter
 from hf_specdec.tree import DraftTree
 
 
@@ -61,7 +62,19 @@ class PromptLookupDrafter(StatelessDrafter):
         self.max_ngram_size = max_ngram_size
         self.num_pred_tokens = num_pred_tokens
 
-    def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
+    def start(self, target, batch_size: int, device: torch.device) -> DraftSession:
+        """Itself, or for an encoder-decoder target whose encoder read token ids (summarization, translation) a
+        session that looks up over the source text too, where outputs copy most from; an audio encoder's target
+        drafts from its own output only."""
+        source = seq2seq.current()
+        if source is None or source.token_ids is None:
+            return self
+        source = source.rows(batch_size)
+        ids = source.token_ids.cpu()  # [batch, source_len]
+        mask = torch.ones_like(ids, dtype=torch.bool) if source.mask is None else source.mask.cpu().bool()
+        return _SourceLookup(self, [row[keep] for row, keep in zip(ids, mask)])
+
+    def propose(self, ctx: DraftContext, num_tokens: torch.Tensor, sources: list | None = None) -> Draft:
         if self.num_pred_tokens is not None:
             num_tokens = num_tokens.clamp_max(self.num_pred_tokens)
         num_tokens = torch.where(ctx.active, num_tokens, 0)  # [batch]
@@ -72,7 +85,10 @@ class PromptLookupDrafter(StatelessDrafter):
         sequences, pad_lens, lens = ctx.sequences.cpu(), ctx.pad_lens.tolist(), ctx.lens.tolist()
         for row, wanted in enumerate(num_tokens.tolist()):
             if wanted > 0:
-                proposal = lookup_ngram(sequences[row, pad_lens[row] : lens[row]], self.max_ngram_size, wanted)
+                tokens_so_far = sequences[row, pad_lens[row] : lens[row]]
+                if sources is not None:  # the source's tokens first: an n-gram of the output found there is copied on
+                    tokens_so_far = torch.cat([sources[row], tokens_so_far])
+                proposal = lookup_ngram(tokens_so_far, self.max_ngram_size, wanted)
                 tokens[row, : proposal.shape[0]] = proposal
                 num_drafted[row] = proposal.shape[0]
         device = ctx.lens.device
@@ -115,6 +131,18 @@ class PromptLookupDrafter(StatelessDrafter):
         device = ctx.lens.device
         valid = (tokens >= 0).to(device)
         return DraftTree(tokens=tokens.to(device), parents=parents.to(device), valid=valid)
+
+
+class _SourceLookup(DraftSession):
+    """Prompt lookup over an encoder-decoder call's source text and each row's decoder tokens: `sources` [batch] of
+    [source_len_b] long, the rows' unpadded source ids. Chains only (trees look up over the decoder's tokens)."""
+
+    def __init__(self, lookup: PromptLookupDrafter, sources: list[torch.Tensor]):
+        self.lookup = lookup
+        self.sources = sources
+
+    def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
+        return self.lookup.propose(ctx, num_tokens, self.sources)
 
 
 def lookup_continuations(tokens: torch.Tensor, max_ngram_size: int, length: int, max_branches: int) -> list[torch.Tensor]:

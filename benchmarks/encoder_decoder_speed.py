@@ -1,0 +1,201 @@
+"""Encoder-decoder speed: hf_specdec's default against plain generate() and transformers' assisted generation at its
+best setting, on random-weight pairs whose drafter agrees with the target part of the time by construction.
+
+A target whose decoder layers after the first DRAFT_LAYERS write `--share` of their output (their output projections
+scaled), and a drafter of the same embeddings, head and first DRAFT_LAYERS decoder layers: at the Whisper-large-v3
+shape a distil-whisper-shaped decoder that reads the target's encoder output (WhisperForCausalLM), at the BART-large
+shape an encoder-decoder drafter sharing the target's encoder module. Greedy fp32; every method's tokens are checked
+against plain generate()'s. Whisper: the encoder output is computed once and given to every call (`encoder_outputs`),
+so timings are the decoding's; its encoder is built with one layer to save RAM (it is not timed). BART: each call runs
+the encoders (a 64-token source).
+
+    python benchmarks/encoder_decoder_speed.py --shape whisper-large-v3 --batches 1 4 --out benchmarks/data/encoder_decoder.json
+    python benchmarks/encoder_decoder_speed.py --shape bart-large --batches 1 --out benchmarks/data/encoder_decoder.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+from transformers import BartConfig, BartForConditionalGeneration, GenerationMixin, WhisperConfig
+from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
+from transformers.modeling_outputs import BaseModelOutput
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import hf_specdec  # noqa: E402
+
+DRAFT_LAYERS = 2
+
+
+def _quiet_late_layers(decoder_layers, share: float) -> None:
+    with torch.no_grad():
+        for layer in list(decoder_layers)[DRAFT_LAYERS:]:
+            for name, param in layer.named_parameters():
+                if name.endswith(("out_proj.weight", "fc2.weight")):
+                    param.mul_(share)
+
+
+def _sharpen(head) -> None:
+    # An untied head scaled up, as the tests' tiny models: random init otherwise gives near-flat distributions whose
+    # argmax repeats the input token, and any two decoders of the same embeddings agree on it.
+    with torch.no_grad():
+        head.weight.mul_(8.0)
+
+
+def whisper_pair(share: float):
+    config = WhisperConfig(vocab_size=51866, d_model=1280, encoder_layers=1, decoder_layers=32,
+                           encoder_attention_heads=20, decoder_attention_heads=20, encoder_ffn_dim=5120,
+                           decoder_ffn_dim=5120, num_mel_bins=128, max_source_positions=1500, max_target_positions=448,
+                           pad_token_id=50256, bos_token_id=50257, eos_token_id=50257, decoder_start_token_id=50258,
+                           tie_word_embeddings=False)
+    torch.manual_seed(0)
+    target = WhisperForConditionalGeneration(config).eval()
+    _sharpen(target.proj_out)
+    _quiet_late_layers(target.model.decoder.layers, share)
+    draft_config = copy.deepcopy(config)
+    draft_config.decoder_layers, draft_config.is_encoder_decoder = DRAFT_LAYERS, False
+    drafter = WhisperForCausalLM(draft_config).eval()
+    state = {k: v for k, v in target.state_dict().items() if k.startswith("model.decoder.")}
+    drafter.load_state_dict({**state, "proj_out.weight": target.proj_out.weight}, strict=False)
+    return target, drafter
+
+
+def bart_pair(share: float):
+    config = BartConfig(vocab_size=50265, d_model=1024, encoder_layers=12, decoder_layers=12,
+                        encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
+                        decoder_ffn_dim=4096, max_position_embeddings=1024, forced_bos_token_id=None,
+                        forced_eos_token_id=None, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    target = BartForConditionalGeneration(config).eval()
+    _sharpen(target.lm_head)
+    _quiet_late_layers(target.model.decoder.layers, share)
+    drafter = BartForConditionalGeneration(copy.deepcopy(config)).eval()
+    drafter.config.decoder_layers = DRAFT_LAYERS
+    drafter.model.encoder = target.model.encoder  # the same encoder (shared, not copied)
+    drafter.model.decoder.embed_tokens = target.model.decoder.embed_tokens
+    drafter.model.decoder.embed_positions = target.model.decoder.embed_positions
+    drafter.model.decoder.layernorm_embedding = target.model.decoder.layernorm_embedding
+    drafter.model.decoder.layers = torch.nn.ModuleList(target.model.decoder.layers[:DRAFT_LAYERS])
+    drafter.lm_head = target.lm_head
+    drafter.final_logits_bias = target.final_logits_bias
+    return target, drafter
+
+
+def _no_eos(model) -> None:
+    model.generation_config.eos_token_id = None  # every method decodes --tokens tokens
+    model.generation_config.pad_token_id = model.config.pad_token_id
+    model.generation_config.forced_bos_token_id = model.generation_config.forced_eos_token_id = None
+    model.generation_config.begin_suppress_tokens = model.generation_config.suppress_tokens = None
+
+
+def _timed(run, repeats: int):
+    out = run()  # warm-up (and the default's one-off measurements)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = run()
+        times.append(time.perf_counter() - start)
+    return out, min(times)
+
+
+def machine() -> str:
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "")
+    marks = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name or platform.processor()} ({', '.join(marks) or 'no bf16 flags'}), {torch.get_num_threads()} thread"
+
+
+def save(path: str, key: str, result: dict) -> None:
+    """Writes `result` under `key` of the JSON file at `path` (the other tables' entries stay)."""
+    data = json.load(open(path)) if os.path.exists(path) else {}
+    data[key] = result
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", choices=("whisper-large-v3", "bart-large"), required=True)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1])
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--share", type=float, default=None,
+                        help="output share of the target's decoder layers after the drafter's (default: 0.025 at the "
+                             "Whisper shape (pre-norm), 0.1 at the BART shape (post-norm): ~60%% agreement each)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs per method after a warm-up; the fastest counts")
+    parser.add_argument("--gammas", type=int, nargs="*", default=[4], help="fixed draft lengths, besides the default")
+    parser.add_argument("--hf-settings", nargs="*", default=["heuristic", "3", "5"],
+                        help="transformers' assisted generation: num_assistant_tokens_schedule 'heuristic', or a "
+                             "constant num_assistant_tokens")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    whisper = args.shape.startswith("whisper")
+    args.share = args.share if args.share is not None else (0.025 if whisper else 0.1)
+    target, drafter = (whisper_pair if whisper else bart_pair)(args.share)
+    for model in (target, drafter):
+        _no_eos(model)
+    rows = []
+    for batch in args.batches:
+        generator = torch.Generator().manual_seed(batch)
+        if args.shape.startswith("whisper"):
+            with torch.no_grad():
+                hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator)).last_hidden_state
+            inputs = dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
+                          decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch))
+        else:
+            inputs = dict(input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
+        common = dict(do_sample=False, max_new_tokens=args.tokens, **inputs)
+        plain, plain_s = _timed(lambda: GenerationMixin.generate(target, **common), args.repeats)
+        row = dict(batch=batch, plain_s=round(plain_s, 3))
+        for gamma in [None, *args.gammas]:  # None: hf_specdec's default
+            name = "ours" if gamma is None else f"ours_gamma{gamma}"
+            stats = hf_specdec.SpeculativeStats()
+            ours, ours_s = _timed(lambda: GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma),
+                                  args.repeats)
+            GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma, stats=stats)
+            row.update({f"{name}_s": round(ours_s, 3), f"{name}_exact": torch.equal(ours, plain),
+                        f"{name}_acceptance": round(stats.acceptance_rate, 3) if stats.drafted.sum() else None,
+                        f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2)})
+        if batch == 1:  # transformers' assisted generation runs batch 1 only
+            best = None
+            for setting in args.hf_settings:
+                config = copy.deepcopy(target.generation_config)
+                if setting == "heuristic":
+                    config.num_assistant_tokens_schedule = "heuristic"
+                else:
+                    config.num_assistant_tokens_schedule, config.num_assistant_tokens = "constant", int(setting)
+                drafter.generation_config = copy.deepcopy(config)
+                try:
+                    hf, hf_s = _timed(lambda: GenerationMixin.generate(
+                        target, **common, generation_config=config, assistant_model=drafter), args.repeats)
+                except Exception as error:  # noqa: BLE001  (recorded: transformers may not run this pair)
+                    row.setdefault("hf_errors", {})[setting] = f"{type(error).__name__}: {str(error)[:200]}"
+                    continue
+                if best is None or hf_s < best[1]:
+                    best = (setting, hf_s, torch.equal(hf, plain))
+            if best is not None:
+                row.update(hf_best_setting=best[0], hf_s=round(best[1], 3), hf_exact=best[2])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result = dict(shape=args.shape, tokens=args.tokens, share=args.share, draft_layers=DRAFT_LAYERS,
+                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit, machine=machine(),
+                  transformers=transformers.__version__, torch=torch.__version__, rows=rows)
+    if args.out:
+        save(args.out, args.shape, result)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
