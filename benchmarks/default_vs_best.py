@@ -8,13 +8,14 @@ one warm-up call of each; a method's ratio is the median over batches of its tok
 tenth identical one (each relative to a plain call next to it).
 
 Run: python benchmarks/default_vs_best.py --out benchmarks/data/default_vs_best.json   (add --quick for a smoke run)
+Table of recorded runs: python benchmarks/default_vs_best.py --table benchmarks/data/default_vs_best*.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
+import math
 import random
 import statistics
 import subprocess
@@ -36,12 +37,12 @@ FIXED = {"chain 1": 1, "chain 2": 2, "chain 3": 3, "chain 4": 4,
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    flags = Path("/proc/cpuinfo").read_text()
-    family = next((line.split(":")[1].strip() for line in flags.splitlines() if line.startswith("cpu family")), "?")
-    found = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags.split()]
-    return f"{model} (family {family}), {', '.join(found) or 'no bf16 flags'}"
+    """The CPU (model, family and model number, bf16 flags) or the GPU."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    from hf_specdec.cpu import describe
+
+    return describe()
 
 
 def commit() -> str:
@@ -113,6 +114,50 @@ def load(dtype: str, drafter_kind: str):
     return target, tokenizer, drafter[drafter_kind]()
 
 
+def interval(values: list[float]) -> tuple[float, float] | None:
+    """The 2nd smallest and 2nd largest of at least 5 paired ratios (covering the median ~90 % of the time at 8)."""
+    if len(values) < 5:
+        return None
+    ordered = sorted(values)
+    return ordered[1], ordered[-2]
+
+
+def table(paths: list[Path]) -> str:
+    """The markdown table and the goals' aggregates of recorded runs."""
+    lines = ["| date | commit | machine | drafter | dtype | mode | batch | default × plain | best fixed (× plain) | "
+             "default / best fixed (90 % interval) | A/A |", "|" + "---|" * 11]
+    by_drafter: dict[str, list[float]] = {}
+    versus_best, below_plain, misses = [], [], []
+    for path in paths:
+        record = json.loads(path.read_text())
+        machine = record["machine"]
+        for row in record["settings"]:
+            ratios = row["ratios"]
+            pairs = [d / b for d, b in zip(ratios["default"], ratios[row["best_fixed"]])]
+            bracket = interval(pairs)
+            shown = f"{row['default_vs_best']:.3f}" + (f" ({bracket[0]:.3f}–{bracket[1]:.3f})" if bracket else "")
+            best = statistics.median(ratios[row["best_fixed"]])
+            lines.append(f"| {record['date']} | {record['commit']} | {machine} | {row['drafter']} | {row['dtype']} | "
+                         f"{row['mode']} | {row['batch']} | {row['default']:.3f} | {row['best_fixed']} ({best:.3f}) | "
+                         f"{shown} | {row['aa']:.3f} |")
+            by_drafter.setdefault(row["drafter"], []).append(row["default"])
+            if row["drafter"] in ("head", "independent"):
+                versus_best.append(row["default_vs_best"])
+                if bracket and bracket[1] < 0.90:
+                    misses.append(row)
+            if row["default"] < 1 - abs(1 - row["aa"]):
+                below_plain.append(f"{row['drafter']} {row['dtype']} {row['mode']} b{row['batch']} "
+                                   f"{row['default']:.3f} (A/A {row['aa']:.3f})")
+    geo = lambda values: math.exp(sum(map(math.log, values)) / len(values))
+    lines += ["", f"- default / best fixed shape, head and independent drafter, geometric mean over "
+                  f"{len(versus_best)} settings: {geo(versus_best):.3f}; settings whose interval lies below 0.90: "
+                  f"{len(misses)}"]
+    lines += [f"- default × plain, geometric mean, {name}: {geo(values):.3f} ({len(values)} settings)"
+              for name, values in by_drafter.items()]
+    lines += [f"- below plain by more than the A/A control's distance from 1: {', '.join(below_plain) or 'none'}"]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--drafters", default="head,independent,unrelated,prompt_lookup")
@@ -126,7 +171,11 @@ def main() -> None:
     parser.add_argument("--first-call", action="store_true", help="time the first call against the tenth instead")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 prompts, 8 tokens")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/data/default_vs_best.json"))
+    parser.add_argument("--table", type=Path, nargs="+", help="print the table of recorded runs instead of running")
     args = parser.parse_args()
+    if args.table:
+        print(table(args.table))
+        return
     torch.set_num_threads(args.threads)
     if args.quick:
         args.num_prompts, args.new_tokens = 2, 8

@@ -196,10 +196,12 @@ def speculative_decode(
                 if guess is not None:
                     schedule.set_prior(agreement(step.prompt_logits, *guess, pad_lens, lens, do_sample,
                                                  generation_config.temperature if do_sample else 1.0))
+        timed = None
         if not prefill:
             kind = "tree" if step.nodes is not None else "chain"
             depth = int(step.num_drafted.max()) if kind == "tree" else step.width - 1
-            timed = (kind, depth, step.width, len(lens), (step.drafted_at - started) * 1e3, step.drafted_at)
+            if kind == "chain" or depth:  # (a tree of the root alone, where no row had room, prices no shape)
+                timed = (kind, depth, step.width, len(lens), (step.drafted_at - started) * 1e3, step.drafted_at)
         prefill = False
 
     if whole is not None:  # every row again, for the output
