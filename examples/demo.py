@@ -52,7 +52,7 @@ def load_fastest_target(dtypes=(torch.float32, torch.bfloat16)):
 def _step_ms(model, steps: int = 16) -> float:
     """ms per token of plain greedy generate() on a 128-token prompt (after one warm-up call)."""
     ids = torch.randint(0, model.config.vocab_size, (1, 128), generator=torch.Generator().manual_seed(0))
-    lengths = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False)
+    lengths = dict(attention_mask=torch.ones_like(ids), max_new_tokens=steps, min_new_tokens=steps, do_sample=False)
     model.generate(ids, **lengths)
     start = time.perf_counter()
     model.generate(ids, **lengths)

@@ -126,13 +126,9 @@ class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
     trees of `TREE_MENU` with the most expected committed tokens per millisecond.
 
-    Acceptance is the call's own, per row and depth (and per rank of a tree's children), starting from the drafter's
-    agreement with the target on the prompt's last tokens (both prefills read them), or its declared acceptance if
-    higher. Step costs are the wall times of
-    the loop's own steps, per shape, measured as calls run and remembered per setting (`hf_specdec.costs`); a width
-    never run is priced from the measured ones and tried only up to twice the widest measured. An optimism bonus that
-    grows with the call's steps and shrinks with a row's drafts bounds how long a drafter that could pay stays
-    untried, so one that turns right later is tried again. docs/policies.md tells the story behind each choice.
+    Acceptance is the call's own, per row and depth (and per tree rank), from the drafter's agreement with the target
+    on the prompt (or its declared acceptance if higher); step costs are the loop's own, measured as calls run
+    (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that could pay stays untried. docs/policies.md.
 
     Args:
         max_gamma: longest chain considered.
@@ -302,10 +298,10 @@ class AdaptiveSchedule(Schedule):
 
     def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None) -> None:
         self.steps += 1
-        if not drafted:
-            streak = self.steps - self._evidence_at
-            if left is not None and left == self._left and streak & (streak - 1) and streak % 16:
-                return  # another plain step over the same rows: decided again only after 1, 2, 4, 8, 16, 32, 48, ...
+        if not drafted and left is not None and left == self._left:  # another plain step over the same rows:
+            streak, still = self.steps - self._evidence_at, not self.policy.exploration and not self._evidence_at
+            if still or (streak & (streak - 1) and streak % 16):  # decided again after 1, 2, 4, 8, 16, 32, 48, ...
+                return  # (never, where no draft was made and no bonus can change the decision)
         rows = active.cpu()
         drafted = num_drafted.cpu() * rows
         if bool(drafted.any()):

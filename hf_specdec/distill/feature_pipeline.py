@@ -76,7 +76,8 @@ def head_step_ratio(target, head, new_tokens: int = 16) -> dict:
 
     drafter, device = FeatureDrafter(head), target.device
     ids = torch.randint(0, target.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0)).to(device)
-    lengths = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    lengths = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                   do_sample=False)
     generate_with_drafter(target, drafter, ids, gamma=1, **lengths)
     head_ms = costs_for(target, drafter, device, 1, False).measured()[("draft", "chain", 1)]
     start = time.perf_counter()
