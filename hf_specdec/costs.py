@@ -70,8 +70,7 @@ class StepCosts:
             self._median = median
 
     def freeze(self) -> None:
-        """Keeps the costs as they are from now on: a sampled setting's decisions then repeat call after call, so a
-        seeded call gives the same tokens every time (from the setting's second call on)."""
+        """Keeps the costs as they are: a sampled setting's seeded calls then repeat (from its second call on)."""
         self.pinned = True
 
     def estimate(self, shape) -> float | None:
@@ -123,8 +122,7 @@ def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
 
 
 def _line(points: dict[int, float], size: int) -> float | None:
-    """Linear through the measured points: between two, or along the last two beyond them (never falling); one point
-    alone, or only wider ones: as cheap as the nearest (optimistic, so that it gets tried)."""
+    """Linear between two measured points, or along the last two (never falling); else as the nearest (optimistic)."""
     if not points:
         return None
     if size in points:
