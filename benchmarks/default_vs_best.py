@@ -8,7 +8,7 @@ one warm-up call of each; a method's ratio is the median over batches of its tok
 tenth identical one (each relative to a plain call next to it).
 
 Run: python benchmarks/default_vs_best.py --out benchmarks/data/default_vs_best.json   (add --quick for a smoke run)
-Table of recorded runs: python benchmarks/default_vs_best.py --table benchmarks/data/default_vs_best*.json
+Table of recorded runs: python benchmarks/default_vs_best.py --table benchmarks/data/default_vs_best.json
 """
 
 from __future__ import annotations
@@ -134,15 +134,15 @@ def table(paths: list[Path]) -> str:
         for row in record["settings"]:
             ratios = row["ratios"]
             pairs = [d / b for d, b in zip(ratios["default"], ratios[row["best_fixed"]])]
-            bracket = interval(pairs)
-            shown = f"{row['default_vs_best']:.3f}" + (f" ({bracket[0]:.3f}–{bracket[1]:.3f})" if bracket else "")
+            bracket, paired = interval(pairs), statistics.median(pairs)
+            shown = f"{paired:.3f}" + (f" ({bracket[0]:.3f}–{bracket[1]:.3f})" if bracket else "")
             best = statistics.median(ratios[row["best_fixed"]])
-            lines.append(f"| {record['date']} | {record['commit']} | {machine} | {row['drafter']} | {row['dtype']} | "
+            lines.append(f"| {record['date']} | {row.get('commit', record['commit'])} | {machine} | {row['drafter']} | {row['dtype']} | "
                          f"{row['mode']} | {row['batch']} | {row['default']:.3f} | {row['best_fixed']} ({best:.3f}) | "
                          f"{shown} | {row['aa']:.3f} |")
             by_drafter.setdefault(row["drafter"], []).append(row["default"])
             if row["drafter"] in ("head", "independent"):
-                versus_best.append(row["default_vs_best"])
+                versus_best.append(paired)
                 if bracket and bracket[1] < 0.90:
                     misses.append(row)
             if row["default"] < 1 - abs(1 - row["aa"]):
