@@ -194,8 +194,8 @@ def speculative_decode(
                 ctx = DraftContext(sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process)
                 guess = session.score_prompt(ctx, step.prompt_logits.shape[1])
                 if guess is not None:
-                    schedule.set_prior(agreement(step.prompt_logits, *guess, pad_lens, lens, do_sample,
-                                                 generation_config.temperature if do_sample else 1.0))
+                    schedule.set_prior(*agreement(step.prompt_logits, *guess, pad_lens, lens, do_sample,
+                                                  generation_config.temperature if do_sample else 1.0))
         timed = None
         if not prefill:
             kind = "tree" if step.nodes is not None else "chain"

@@ -202,8 +202,8 @@ class Schedule:
         self.max_width = policy.max_nodes + 1 if tree else policy.max_gamma + 1  # most tokens a step verifies per row
         self.max_rank = policy.top_k if tree else 1  # most children per tree node
 
-    def set_prior(self, agreement: torch.Tensor) -> None:
-        """The drafter's agreement with the target on each row's prompt ([batch]; read only if `wants_prior`)."""
+    def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
+        """The drafter's agreement with the target on each row's prompt over `positions` tokens (if `wants_prior`)."""
 
     def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor,
                outcomes: tuple[torch.Tensor, torch.Tensor] | None = None, drafted: bool = True,
@@ -224,8 +224,7 @@ class Schedule:
         return True
 
 
-#: Drafts a row's prior is worth, and the share of a row's evidence kept per step (recent steps count more; while a
-#: drafter sits out, its estimate returns towards the prior).
+#: Drafts a row's prior is worth, and the share of its recent evidence kept per step (fading towards its record).
 PRIOR_WEIGHT = 4.0
 DECAY = 0.95
 #: Each row's acceptance when neither the prompt nor the drafter says anything.
@@ -257,13 +256,14 @@ class AdaptiveSchedule(Schedule):
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
 
-    def set_prior(self, agreement: torch.Tensor) -> None:
-        """Each row's agreement with the target on the prompt ([batch] float; NaN: no evidence). A drafter that declares
-        its acceptance (measured on responses) starts from the higher of the two: a prompt is the user's text, which a
-        drafter trained on answers guesses less often (the shipped head: 0.06-0.16 on chat prompts, 0.45 on answers)."""
-        agreement = agreement.double().cpu().clamp(0, 1)
+    def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
+        """Each row's agreement with the target on its prompt ([batch]; NaN: no evidence) over `positions` tokens, worth
+        as many drafts against PRIOR_WEIGHT of the start. A declared acceptance is a floor: a drafter trained on answers
+        guesses prompts less often (the shipped head: 0.06-0.16 on chat prompts, 0.45 on answers)."""
+        agreement, positions = agreement.double().cpu().clamp(0, 1), positions.double().cpu()
+        mixed = (agreement * positions + PRIOR_WEIGHT * self.prior) / (positions + PRIOR_WEIGHT)
         floor = self.declared if self.declared is not None else 0.0
-        self.prior = torch.where(agreement.isnan(), self.prior, agreement.clamp(min=floor))
+        self.prior = torch.where(agreement.isnan(), self.prior, mixed.clamp(min=floor))
         self._plan(self.policy.exploration)
 
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:

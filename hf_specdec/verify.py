@@ -300,9 +300,9 @@ def agreement(
     lens: torch.Tensor,  # [batch] the positions score the tokens at lens - positions .. lens - 1
     do_sample: bool,
     temperature: float = 1.0,
-) -> torch.Tensor:
-    """[batch] float64: how often a draft at these positions would be accepted, each row's mean over the positions
-    where its prompt has a real token before and the drafter guessed (NaN where none): greedy, whether the guess is the
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """([batch] float64, [batch] long): how often a draft at these positions would be accepted, each row's mean over
+    the positions where its prompt has a real token before and the drafter guessed (NaN where none), and how many: greedy, whether the guess is the
     target's argmax; sampling, the probability that verification accepts it, sum(min(p, q)) over the vocabulary (p(x)
     for a deterministic guess x), both from the raw logits at `temperature`."""
     positions = target_logits.shape[1]
@@ -318,4 +318,4 @@ def agreement(
             draft_probs = (draft_logits.double() / temperature).softmax(dim=-1)
             accepted = torch.minimum(target_probs, draft_probs).sum(dim=-1)
     counts = valid.sum(dim=1)
-    return torch.where(counts > 0, (accepted * valid).sum(dim=1) / counts.clamp_min(1), float("nan"))
+    return torch.where(counts > 0, (accepted * valid).sum(dim=1) / counts.clamp_min(1), float("nan")), counts

@@ -36,21 +36,24 @@ def _depth(schedule) -> int:
 def test_the_prefill_is_plain_and_the_prompt_sets_the_start():
     schedule = _schedule(CPU_LIKE)
     assert _depth(schedule) == 0  # step 0 (the prefill) drafts nothing
-    schedule.set_prior(torch.tensor([0.8]))
+    schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
     assert _depth(schedule) >= 2  # a drafter that agrees on the prompt drafts from step 1, and deep
     cold = _schedule(CPU_LIKE, exploration=0.0)
-    cold.set_prior(torch.tensor([0.0]))
-    assert _depth(cold) == 0
+    cold.set_prior(torch.tensor([0.0]), torch.tensor([16]))  # 16 misses against the start's 4 pseudo-drafts: 0.1
+    assert _depth(cold) == 0 and cold.prior.item() == pytest.approx(0.1)
+    few = _schedule(CPU_LIKE, exploration=0.0)
+    few.set_prior(torch.tensor([0.0]), torch.tensor([3]))  # three positions say little: the start keeps most weight
+    assert few.prior.item() == pytest.approx(2 / 7) and _depth(few) > 0
     # No evidence on the prompt (NaN: prompt lookup found no match) keeps the neutral start.
     unknown = _schedule(CPU_LIKE)
-    unknown.set_prior(torch.tensor([float("nan")]))
+    unknown.set_prior(torch.tensor([float("nan")]), torch.tensor([100]))
     assert unknown.prior.item() == 0.5 and _depth(unknown) > 0
 
 
 @pytest.mark.parametrize("costs", [WIDTH_FREE, CPU_LIKE], ids=["width-free", "cpu-like"])
 def test_prompt_agreement_zero_starts_plain_and_still_probes(costs):
     schedule = _schedule(costs)
-    schedule.set_prior(torch.tensor([0.0]))
+    schedule.set_prior(torch.tensor([0.0]), torch.tensor([100]))
     depths = []
     for _ in range(128):
         depths.append(_depth(schedule))
@@ -85,11 +88,11 @@ def test_observed_acceptance_zero_lets_the_drafter_go():
 
 def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
     deep = _schedule(WIDTH_FREE)
-    deep.set_prior(torch.tensor([0.8]))
+    deep.set_prior(torch.tensor([0.8]), torch.tensor([100]))
     assert _depth(deep) == 6  # the longest chain
     dear = StepCosts(verify_ms={1: 20.0, 2: 30.0, 3: 40.0, 7: 80.0}, draft_ms=2.0)  # fp32 on a small CPU
     shallow = _schedule(dear)
-    shallow.set_prior(torch.tensor([0.7]))
+    shallow.set_prior(torch.tensor([0.7]), torch.tensor([100]))
     assert _depth(shallow) <= 2
 
 
@@ -110,17 +113,17 @@ def test_a_drafter_that_becomes_right_later_is_tried_again():
 def test_trees_are_chosen_where_width_is_free_and_rank_two_is_often_right():
     schedule = _schedule(WIDTH_FREE, trees=True)
     schedule.rank_trials[1], schedule.rank_hits[1] = 100.0, 40.0  # the 2nd child right 40 % of the time
-    schedule.set_prior(torch.tensor([0.5]))
+    schedule.set_prior(torch.tensor([0.5]), torch.tensor([100]))
     assert schedule.tree is not None and schedule.tree.max_nodes >= 16
     chains = _schedule(CPU_LIKE, trees=True)
-    chains.set_prior(torch.tensor([0.5]))  # rank 2's prior 0.15: a tree's extra nodes do not pay their width here
+    chains.set_prior(torch.tensor([0.5]), torch.tensor([100]))  # rank 2's prior 0.15: a tree's extra nodes do not pay their width here
     assert chains.tree is None and _depth(chains) > 0
 
 
 def test_unmeasured_costs_start_plain_and_explore_by_doubling():
     costs = StepCosts()
     schedule = _schedule(costs)
-    schedule.set_prior(torch.tensor([0.9]))
+    schedule.set_prior(torch.tensor([0.9]), torch.tensor([100]))
     assert _depth(schedule) == 0  # no plain step measured yet: nothing to price against
     costs.record("chain", 0, 1, 0.0, 20.0)
     _step(schedule, 0, 0)
@@ -140,7 +143,7 @@ def test_a_draft_nobody_accepts_never_pays_however_cheap_a_wider_forward_measure
         costs.record("chain", 1, 2, 0.5, 27.0)  # a 2-token forward that measured cheaper than a 1-token one
     assert costs.estimate(Shape(0, 1, 1)) == 30.5  # priced at least as the plain step, plus the draft
     schedule = _schedule(costs, exploration=0.0)
-    schedule.set_prior(torch.tensor([0.0]))
+    schedule.set_prior(torch.tensor([0.0]), torch.tensor([100]))
     assert _depth(schedule) == 0
 
 
@@ -221,7 +224,8 @@ def test_prompt_agreement_matches_a_naive_per_position_oracle(do_sample, determi
     tokens[2] = -1  # no guess at all: NaN
     pad_lens, lens = torch.tensor([0, 4, 0]), torch.tensor([7, 9, 9])  # row 0: its first position has no real token
     logits = None if deterministic else draft_logits
-    got = agreement(target_logits, tokens, logits, pad_lens, lens, do_sample, 0.7)
+    got, counts = agreement(target_logits, tokens, logits, pad_lens, lens, do_sample, 0.7)
+    assert counts.tolist() == [6, 3, 0]
     expected = _naive_agreement(target_logits, tokens, logits, pad_lens, lens, do_sample, 0.7)
     torch.testing.assert_close(got, expected, equal_nan=True)
     assert got[2].isnan() and 0 < got[0] <= 1
@@ -234,9 +238,9 @@ def test_the_prompt_prior_reaches_the_call(target, partial_drafter, unrelated_dr
     priors = []
     real_set_prior = policy_module.AdaptiveSchedule.set_prior
 
-    def recording(self, values):
+    def recording(self, values, positions):
         priors.append(values.clone())
-        return real_set_prior(self, values)
+        return real_set_prior(self, values, positions)
 
     input_ids, mask = tiny_models.prompts(2, seed=3)
     policy_module.AdaptiveSchedule.set_prior = recording
