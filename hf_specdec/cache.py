@@ -195,7 +195,7 @@ class CachedModel:
             )
         # A decoder attending to an encoder output (an encoder-decoder model's): fed from the call's source; `cache` is
         # then its self-attention cache.
-        self.feed = seq2seq.feed_for(model, batch_size)
+        self.feed = seq2seq.feed_for(model)
         self.cache = _new_cache(model, self.layout) if self.feed is None else self.feed.self_attention
         self._mask_dtype = model.dtype  # read once: PreTrainedModel.dtype walks the parameters
         # The two values of an additive mask, made once (each costs a tensor op; on a GPU torch.tensor(value) waits).

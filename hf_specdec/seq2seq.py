@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -45,7 +44,6 @@ class Source:
     inputs: dict[str, torch.Tensor]  # [batch, ...] the encoder's main input
     token_ids: torch.Tensor | None  # [batch, source_len] long
     _encoded: dict = field(default_factory=dict)  # id(drafter model) -> its encoder's output over `inputs`
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def batch_size(self) -> int:
@@ -57,27 +55,13 @@ class Source:
         call."""
         if model is self.target or not compat.is_seq2seq(model) or model.get_encoder() is self.target.get_encoder():
             return self.outputs  # (a drafter built on the target's own encoder module: no second pass)
-        with self._lock:  # sessions of one call may start in the default's calibration and in the loop
-            if id(model) not in self._encoded:  # (`check_drafter_encoder` refused calls without `inputs`)
-                inputs = {name: value.to(model.device) for name, value in self.inputs.items()}
-                if self.mask is not None:
-                    inputs["attention_mask"] = self.mask.to(model.device)
-                with torch.no_grad():
-                    self._encoded[id(model)] = model.get_encoder()(**inputs)
-            return self._encoded[id(model)]
-
-    def rows(self, batch_size: int) -> "Source":
-        """This source over `batch_size` rows (cycling its rows): the default policy's scratch forwards time a batch
-        of another size, whose tokens are random anyway."""
-        if batch_size == self.batch_size:
-            return self
-        index = torch.arange(batch_size) % self.batch_size
-
-        def take(tensor):
-            return None if tensor is None else tensor[index.to(tensor.device)]
-
-        return Source(self.target, take_rows(self.outputs, index), take(self.mask),
-                      {k: take(v) for k, v in self.inputs.items()}, take(self.token_ids))
+        if id(model) not in self._encoded:  # (`check_drafter_encoder` refused calls without `inputs`)
+            inputs = {name: value.to(model.device) for name, value in self.inputs.items()}
+            if self.mask is not None:
+                inputs["attention_mask"] = self.mask.to(model.device)
+            with torch.no_grad():
+                self._encoded[id(model)] = model.get_encoder()(**inputs)
+        return self._encoded[id(model)]
 
 
 def take_rows(outputs: ModelOutput, index: torch.Tensor) -> ModelOutput:
@@ -219,10 +203,10 @@ def check_drafter_encoder(model: PreTrainedModel) -> None:
         )
 
 
-def feed_for(model: PreTrainedModel, batch_size: int) -> DecoderFeed | None:
-    """The DecoderFeed of a CachedModel of `model` over `batch_size` rows: None for a model that attends to no encoder
-    output (or a decoder that could, outside an encoder-decoder call); UnsupportedModelError for an encoder-decoder
-    model outside a call (its decoder has nothing to attend to)."""
+def feed_for(model: PreTrainedModel) -> DecoderFeed | None:
+    """The DecoderFeed of a CachedModel of `model` in this call (over the call's rows): None for a model that attends
+    to no encoder output (or a decoder that could, outside an encoder-decoder call); UnsupportedModelError for an
+    encoder-decoder model outside a call (its decoder has nothing to attend to)."""
     source = current()
     if source is None:
         if compat.is_seq2seq(model):
@@ -233,4 +217,4 @@ def feed_for(model: PreTrainedModel, batch_size: int) -> DecoderFeed | None:
         return None
     if not (compat.is_seq2seq(model) or compat.reads_encoder_output(model)):
         return None
-    return DecoderFeed(model, source.rows(batch_size))
+    return DecoderFeed(model, source)

@@ -69,7 +69,6 @@ class PromptLookupDrafter(StatelessDrafter):
         source = seq2seq.current()
         if source is None or source.token_ids is None:
             return self
-        source = source.rows(batch_size)
         ids = source.token_ids.cpu()  # [batch, source_len]
         mask = torch.ones_like(ids, dtype=torch.bool) if source.mask is None else source.mask.cpu().bool()
         return _SourceLookup(self, [row[keep] for row, keep in zip(ids, mask)])
