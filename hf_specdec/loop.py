@@ -62,7 +62,7 @@ def speculative_decode(
     Returns:
         [batch, length] token ids, or a SpeculativeDecoderOnlyOutput with `return_dict_in_generate`.
     """
-    # 0. Checks, before any forward pass; the call's target cache, drafter session and schedule.
+    # 0. Checks, before any forward pass; the call's target cache, drafting state and schedule.
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     compat.check_generation_config(generation_config, synced_gpus, batch, streamer)
@@ -76,8 +76,8 @@ def speculative_decode(
     pad_lens = compat.left_padding(model_kwargs.get("attention_mask"), input_ids)  # [batch]
     do_sample = generation_config.do_sample
     target = CachedModel(model, batch, device, cache=cache, position_masks=prefers_position_masks(model, device))
-    session = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
-    trees = _drafts_trees(target, session, refuse=isinstance(policy, TreeDraftPolicy), depth=policy.max_gamma)
+    drafting = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
+    trees = _drafts_trees(target, drafting, refuse=isinstance(policy, TreeDraftPolicy), depth=policy.max_gamma)
     step_costs = {batch: costs.costs_for(model, drafter, device, batch, do_sample)}  # by the loop's row count
     schedule = policy.start(batch, device, costs=step_costs[batch], trees=trees, prior=drafter.expected_acceptance)
     max_length = generation_config.max_length
@@ -93,12 +93,12 @@ def speculative_decode(
     def process(scores: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         return process_scores(logits_processor, sequences, lengths, scores, rows)
 
-    call = Call(target, session, process, logits_processor, vocab_size, do_sample, generator,
+    call = Call(target, drafting, process, logits_processor, vocab_size, do_sample, generator,
                 drafter.feature_layers(model), policy.min_confidence)
     # A plain step should cost what plain generate()'s step costs: it skips the draft's bookkeeping.
     no_draft = Draft.none(batch, device, vocab_size)
     plain_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] plain steps each row took
-    drafter_forwards = 0  # of a session let go before the call's end
+    drafter_forwards = 0  # of a drafting state let go before the call's end
     # Rows that are done may leave the batch when every per-row state can follow them (see `_rows_to_keep`).
     droppable = freeze_finished and batch > 1 and target.rows_selectable and streamer is None and rows_selectable(
         logits_processor, stopping_criteria
@@ -122,16 +122,16 @@ def speculative_decode(
                 kind, depth, width, draft_ms, (started - verifying) * 1e3)
         if not left:
             break
-        if droppable and 2 * left <= len(active) and (left < num_left or session is not None) and (
-            session is None or not schedule.drafting_pays(active)
+        if droppable and 2 * left <= len(active) and (left < num_left or drafting is not None) and (
+            drafting is None or not schedule.drafting_pays(active)
         ):
             # Rows that are done stop costing the target's forwards (generate() keeps computing them) where the
             # drafter no longer pays; it goes with them (its state is per row). `whole` keeps every row for the output.
             num_left = left
             keep = _rows_to_keep(active, left, lambda rows: _plain_ms(step_costs, model, drafter, device, rows, do_sample))
             if keep is not None:
-                if session is not None:
-                    drafter_forwards, session, call.session, call.feature_layers = session.num_forwards, None, None, ()
+                if drafting is not None:
+                    drafter_forwards, drafting, call.drafting, call.feature_layers = drafting.num_forwards, None, None, ()
                 whole = Rows.store(whole, sequences, lens, flagged, done_at, plain_steps)
                 whole.index = whole.index[keep]
                 sequences, lens, flagged, done_at, plain_steps, pad_lens, active = (
@@ -145,16 +145,16 @@ def speculative_decode(
         # 2. Draft and verify: the schedule's tree, or its chain lengths (0 everywhere: a plain step), never past
         # max_length (the target's token after the drafts comes for free).
         room = (max_length - lens - 1).clamp_min(0)  # [batch]
-        tree = schedule.tree if session is not None else None
+        tree = schedule.tree if drafting is not None else None
         num_draft = None
-        if tree is None and session is not None and schedule.drafts():
+        if tree is None and drafting is not None and schedule.drafts():
             num_draft = torch.where(active, torch.minimum(schedule.lengths, room), 0)  # [batch]
             num_draft = num_draft if int(num_draft.max()) > 0 else None
         if tree is not None:
             step = tree_step(call, sequences, pad_lens, lens, active, room, tree, schedule.max_rank, keep_scores)
         else:
             extra = 0
-            if prefill and session is not None and schedule.wants_prior:  # never widen the prefill's chunk: a model
+            if prefill and drafting is not None and schedule.wants_prior:  # never widen the prefill's chunk: a model
                 extra = min(PROMPT_POSITIONS, int((lens - pad_lens).max()) - 1)  # placing tokens itself would shift
             step = chain_step(call, sequences, pad_lens, lens, active, left, num_draft, no_draft, keep_scores,
                               caught_up=not prefill, extra_logits=extra)
@@ -177,8 +177,8 @@ def speculative_decode(
         num_valid = lens - pad_lens - 1  # [batch]
         if step.width > 1 or step.nodes is not None or target.layout.bounded:  # (a tree step fed done rows' roots)
             target.rollback(torch.minimum(target.num_cached, num_valid), slack=schedule.max_width)
-        if session is not None:
-            session.observe(num_valid, step.features)
+        if drafting is not None:
+            drafting.observe(num_valid, step.features)
         if step.width > 1 or step.nodes is not None:
             step_stats.record_step(active, step.num_drafted, step.num_accepted, num_new)
             if step.nodes is not None:
@@ -188,11 +188,11 @@ def speculative_decode(
 
         # 5. Learn: the schedule hears what was accepted (and, after the prefill, how the drafter did on the prompt);
         # the step's wall time is recorded at the next step's sync.
-        if session is not None:
+        if drafting is not None:
             schedule.update(active, step.num_drafted, step.num_accepted, step.outcomes, step.width > 1, left)
             if prefill and step.prompt_logits is not None and step.prompt_logits.shape[1]:
                 ctx = DraftContext(sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process)
-                guess = session.score_prompt(ctx, step.prompt_logits.shape[1])
+                guess = drafting.score_prompt(ctx, step.prompt_logits.shape[1])
                 if guess is not None:
                     schedule.set_prior(*agreement(step.prompt_logits, *guess, pad_lens, lens, do_sample,
                                                   generation_config.temperature if do_sample else 1.0))
@@ -216,21 +216,21 @@ def speculative_decode(
     return finish(
         sequences, lens, flagged, done_at, prompt_len, generation_config._pad_token_tensor, scores_out, logits_out,
         generation_config, step_stats, stats, target.num_forwards,
-        drafter_forwards if session is None else session.num_forwards, streamer,
+        drafter_forwards if drafting is None else drafting.num_forwards, streamer,
     )
 
 
-def _drafts_trees(target: CachedModel, session, refuse: bool, depth: int) -> bool:
-    """Whether this target and drafter session can draft and score trees; with `refuse` (a tree policy), the reason
-    they cannot as an UnsupportedModelError / UnsupportedTreeError, before any forward."""
+def _drafts_trees(target: CachedModel, drafting, refuse: bool, depth: int) -> bool:
+    """Whether this target and the drafter's state (`drafting`) can draft and score trees; with `refuse` (a tree
+    policy), the reason they cannot as an UnsupportedModelError / UnsupportedTreeError, before any forward."""
     try:
         target.check_trees()
-        if not session.drafts_trees:
+        if not drafting.drafts_trees:
             raise UnsupportedTreeError(
-                f"{type(session).__name__} drafts chains only (its drafts_trees is False); hf_specdec's model, "
+                f"{type(drafting).__name__} drafts chains only (its drafts_trees is False); hf_specdec's model, "
                 f"feature-head and prompt-lookup drafters draft trees. Pass gamma={depth} (a chain) with this drafter."
             )
-        session.check_trees()
+        drafting.check_trees()
     except (UnsupportedModelError, UnsupportedTreeError):
         if refuse:
             raise

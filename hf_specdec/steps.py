@@ -44,7 +44,7 @@ class Call:
     """What both step kinds read of the call: its target and drafter session, processing and sampling."""
 
     target: CachedModel
-    session: DraftSession | None
+    drafting: DraftSession | None  # the drafter's state in this call
     process: object  # (scores, lengths, rows) -> processed scores, generate()'s processors
     processors: object  # the LogitsProcessorList itself (trees process per node)
     vocab_size: int
@@ -63,7 +63,7 @@ def chain_step(call: Call, sequences, pad_lens, lens, active, left: int, num_dra
     if num_draft is not None:
         ctx = DraftContext(sequences, pad_lens, lens, active, call.vocab_size, call.do_sample, call.generator,
                            call.process, call.min_confidence)
-        draft = call.session.propose(ctx, num_draft)
+        draft = call.drafting.propose(ctx, num_draft)
         num_drafted = torch.minimum(draft.num_drafted, num_draft)  # [batch]
         # Verify only as many columns as some row drafted: a drafter may return a wider tensor (prompt lookup finding
         # no match), and every extra column would cost the target a masked token.
@@ -99,7 +99,7 @@ def tree_step(call: Call, sequences, pad_lens, lens, active, room: torch.Tensor,
     keeps each row's accepted path in the target's cache (`CachedModel.keep_paths`)."""
     ctx = DraftContext(sequences, pad_lens, lens, active, call.vocab_size, call.do_sample, call.generator, call.process)
     row_depth = torch.where(active, room.clamp(max=shape.max_depth), 0)  # [batch]
-    tree = call.session.propose_tree(ctx, shape, row_depth)
+    tree = call.drafting.propose_tree(ctx, shape, row_depth)
     drafted_at = time.perf_counter()
     target = call.target
     columns = None
