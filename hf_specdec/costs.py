@@ -58,15 +58,22 @@ class StepCosts:
             return
         with self._lock:
             self._clock += 1
+            changed = set()
             for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
                 if key[2]:
                     self._samples.setdefault(key, deque(maxlen=SAMPLES)).append((self._clock, ms))
-            median = {}
+                    changed.add(key)
             for key, samples in self._samples.items():
                 while samples and samples[0][0] <= self._clock - WINDOW:
                     samples.popleft()
+                    changed.add(key)
+            median = dict(self._median)  # replaced whole: readers never see a half-updated table
+            for key in changed:
+                samples = self._samples[key]
                 if samples:
                     median[key] = statistics.median(ms for _, ms in samples)
+                else:
+                    del median[key]
             self._median = median
 
     def freeze(self) -> None:
