@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hf_specdec.errors import InvalidGammaError
+from hf_specdec.tree import earlier_siblings
 
 
 def _check_int(name: str, value, low: int) -> None:
@@ -177,11 +178,6 @@ class Shape:
         """Tokens per row the target's forward scores: the drafts and the row's last token."""
         return self.nodes + 1
 
-    @property
-    def key(self) -> tuple:
-        """What its costs are measured under (`hf_specdec.costs`)."""
-        return ("chain", self.depth) if self.top_k == 0 else ("tree", self.top_k, self.depth, self.nodes)
-
     def as_tree(self) -> TreeDraftPolicy:
         return TreeDraftPolicy(top_k=self.top_k, max_depth=self.depth, max_nodes=self.nodes)
 
@@ -219,8 +215,7 @@ class Schedule:
         return bool(self.lengths.any())
 
     def drafting_pays(self, active: torch.Tensor) -> bool:
-        """Whether drafting for the `active` rows ([batch] bool) is expected to beat plain steps (a fixed policy
-        drafts regardless: True)."""
+        """Whether drafting for the `active` rows ([batch] bool) beats plain steps (a fixed policy's: always)."""
         return True
 
 
@@ -264,7 +259,7 @@ class AdaptiveSchedule(Schedule):
         mixed = (agreement * positions + PRIOR_WEIGHT * self.prior) / (positions + PRIOR_WEIGHT)
         floor = self.declared if self.declared is not None else 0.0
         self.prior = torch.where(agreement.isnan(), self.prior, mixed.clamp(min=floor))
-        self._plan(self.policy.exploration)
+        self._plan()
 
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
         """[rows][depth] (the `rows` selected, [batch] bool; all by default): each row's estimated acceptance of a
@@ -303,8 +298,8 @@ class AdaptiveSchedule(Schedule):
             if still or (streak & (streak - 1) and streak % 16):  # decided again after 1, 2, 4, 8, 16, 32, 48, ...
                 return  # (never, where no draft was made and no bonus can change the decision)
         rows = active.cpu()
-        drafted = num_drafted.cpu() * rows
-        if bool(drafted.any()):
+        row_drafts = num_drafted.cpu() * rows  # [batch]
+        if bool(row_drafts.any()):
             fade = DECAY ** (self.steps - 1 - self._evidence_at)  # evidence fades with the steps since the last draft
             self.hits, self.trials = self.hits * fade, self.trials * fade
             self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade
@@ -312,7 +307,7 @@ class AdaptiveSchedule(Schedule):
             accepted = num_accepted.cpu()
             depth = torch.arange(1, self.max_depth + 1)
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
-                trials = ((depth <= drafted[:, None]) & (depth <= accepted[:, None] + 1)).double()
+                trials = ((depth <= row_drafts[:, None]) & (depth <= accepted[:, None] + 1)).double()
                 hits = (depth <= accepted[:, None]).double() * trials
             else:  # a tree: rank 1 feeds the per-depth counts, ranks 2.. the pooled ones
                 trials_all, hits_all = (t.cpu().double() * rows[:, None, None] for t in outcomes)
@@ -325,10 +320,10 @@ class AdaptiveSchedule(Schedule):
             self.trials, self.hits = DECAY * self.trials + trials, DECAY * self.hits + hits
             self.all_trials, self.all_hits = self.all_trials + trials, self.all_hits + hits
         self._rows, self._left = rows, int(rows.sum()) if left is None else left
-        self._plan(self.policy.exploration)
+        self._plan()
 
-    def _plan(self, optimism: float) -> None:
-        shape = self._best(self._rows, optimism)
+    def _plan(self) -> None:
+        shape = self._best(self._rows, self.policy.exploration)
         self.tree = shape.as_tree() if shape is not None and shape.top_k else None
         self._depth = 0 if shape is None or shape.top_k else shape.depth
         self.lengths = torch.full(self._rows.shape, self._depth, dtype=torch.long, device=self.device)
@@ -405,8 +400,6 @@ def tree_outcomes(parents: torch.Tensor, path: torch.Tensor, num_accepted: torch
     """What one tree verification says per row, depth and rank: (trials, hits), [batch, depth, max_rank] float. At
     each node on a row's accepted path at depth d - 1 (the root at 0) whose children are ranked best first, rank k had
     a trial at depth d if the node has k children, and a hit if the accepted child is its k-th."""
-    from hf_specdec.tree import earlier_siblings
-
     is_child = parents >= 0  # [batch, nodes]
     num_children = torch.zeros_like(parents).scatter_add_(1, parents.clamp_min(0), is_child.long())  # [batch, nodes]
     rank = earlier_siblings(parents).sum(dim=2) + 1  # [batch, nodes] a child's rank among its siblings
