@@ -78,8 +78,9 @@ def speculative_decode(
     target = CachedModel(model, batch, device, cache=cache, position_masks=prefers_position_masks(model, device))
     drafting = drafter.start(model, batch, device)  # this call's drafting state; `drafter` stays shared
     trees = _drafts_trees(target, drafting, refuse=isinstance(policy, TreeDraftPolicy), depth=policy.max_gamma)
-    step_costs = {batch: costs.costs_for(model, drafter, device, batch, do_sample)}  # by the loop's row count
-    schedule = policy.start(batch, device, costs=step_costs[batch], trees=trees, prior=drafter.expected_acceptance)
+    step_costs = {}  # this setting's StepCosts by the loop's row count (`_costs_of`)
+    schedule = policy.start(batch, device, costs=_costs_of(step_costs, model, drafter, device, batch, do_sample),
+                            trees=trees, prior=drafter.expected_acceptance)
     max_length = generation_config.max_length
     # Like _sample: rows that hit EOS are frozen and padded; without an EOS criterion rows run on until every row has
     # stopped, and all end at the same length.
