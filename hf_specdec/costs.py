@@ -5,8 +5,8 @@ Contract: `costs_for(target, drafter, device, rows, do_sample)` returns the sett
 model, device, dtype, rows, torch threads, greedy or sampled), empty on first use and shared by every later call of
 that setting from any thread; the loop `record`s each step's drafting and verifying time, and the default policy asks
 `estimate(shape)`. A sampled setting's costs are frozen after its first call, so seeded sampled calls repeat; greedy
-settings learn on (their output never depends on the costs). Nothing here runs a model. `reset_costs()` forgets every setting (after moving a model to another
-device, or once a busy machine is idle again).
+settings learn on (their output never depends on the costs). Nothing here runs a model. `reset_costs()` forgets every
+setting (after moving a model to another device, or once a busy machine is idle again).
 """
 
 from __future__ import annotations
@@ -23,17 +23,18 @@ SAMPLES = 15
 #: A sample counts for this many of the setting's steps: a size that stopped being run (a plain step once drafting
 #: pays) is measured afresh when it would next be chosen, instead of deciding on what a busy moment once measured.
 WINDOW = 512
+#: Calls whose acceptance a setting remembers.
+CALLS = 16
 
 
 class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
-    for chains (a plain step is a chain of 0) and trees. Unmeasured sizes are priced from measured ones: a width
-    between two measured ones linearly, beyond the widest along the last two (never cheaper), from one alone as that
-    one (optimistic, so that it gets tried); a tree's as a chain's of its width plus what its measured widths cost
-    more; drafting at the cheapest measured ms per level. A sample counts for the
-    setting's last WINDOW steps. Widths beyond twice the
-    widest measured are not priced (None) until a narrower step has run: exploration grows by doubling, never into
-    a forward many times the measured ones.
+    for chains (a plain step is a chain of 0) and trees; and how often the setting's recent calls had a first draft
+    accepted (`accepted`, where the next call starts). A size's first step warms its kernels and is no sample; a
+    sample counts for the setting's last WINDOW steps. Unmeasured sizes are priced from measured ones: between two
+    linearly, beyond the widest as the widest (optimistic, so that it gets tried once), a tree's as a chain's of its
+    width plus what its measured widths cost more, drafting at the cheapest measured ms per level. Widths beyond
+    twice the widest measured are not priced (None): exploration grows by doubling.
 
     `StepCosts(verify_ms={1: 20.0, 2: 21.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand (chains and trees alike; a
     `CostAwareDraftPolicy(costs=...)` then decides the same everywhere): pinned costs ignore what calls measure.
@@ -45,6 +46,8 @@ class StepCosts:
         self._samples: dict[tuple, deque] = {}  # (part, kind, size) -> (clock, ms) of its latest steps
         self._clock = 0  # steps recorded
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
+        self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
+        self.accepted: tuple[float, ...] = ()  # the setting's recent calls' share of first drafts accepted
         if self.pinned:
             if 1 not in verify_ms:
                 raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")
@@ -60,7 +63,9 @@ class StepCosts:
             self._clock += 1
             changed = set()
             for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
-                if key[2]:
+                if key[2] and key not in self._warm:
+                    self._warm.add(key)
+                elif key[2]:
                     self._samples.setdefault(key, deque(maxlen=SAMPLES)).append((self._clock, ms))
                     changed.add(key)
             for key, samples in self._samples.items():
@@ -75,6 +80,12 @@ class StepCosts:
                 else:
                     del median[key]
             self._median = median
+
+    def remember(self, accepted: float) -> None:
+        """A finished call's share of first drafts accepted."""
+        if not self.pinned:
+            with self._lock:
+                self.accepted = (*self.accepted, accepted)[-CALLS:]  # replaced whole, read without the lock
 
     def freeze(self) -> None:
         """Keeps the costs as they are: a sampled setting's seeded calls then repeat (from its second call on)."""
@@ -129,19 +140,15 @@ def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
 
 
 def _line(points: dict[int, float], size: int) -> float | None:
-    """Linear between two measured points, or along the last two (never falling); else as the nearest (optimistic)."""
+    """Linear between two measured points (never falling); else as the nearest (optimistic)."""
     if not points:
         return None
     if size in points:
         return points[size]
-    sizes = sorted(points)
-    below, above = [w for w in sizes if w < size], [w for w in sizes if w > size]
-    if below and above:
-        low, high = below[-1], above[0]
-    elif len(below) >= 2:
-        low, high = below[-2], below[-1]
-    else:
-        return points[below[-1] if below else above[0]]
+    below, above = [w for w in points if w < size], [w for w in points if w > size]
+    if not (below and above):
+        return points[max(below) if below else min(above)]
+    low, high = max(below), min(above)
     return points[low] + max(0.0, (points[high] - points[low]) / (high - low)) * (size - low)
 
 

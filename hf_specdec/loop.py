@@ -211,6 +211,7 @@ def speculative_decode(
             whole.sequences, whole.lens, whole.flagged, whole.done_at, whole.plain_steps
         )
     step_stats.record_plain_steps(plain_steps)
+    schedule.done()
     if do_sample:  # decisions of later seeded calls repeat (docs/policies.md)
         for table in step_costs.values():
             table.freeze()

@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+import statistics
 from dataclasses import dataclass, field
 
 import torch
 
 from hf_specdec.errors import InvalidGammaError
-from hf_specdec.tree import earlier_siblings
 
 
 def _check_int(name: str, value, low: int) -> None:
@@ -127,8 +127,9 @@ class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
     trees of `TREE_MENU` with the most expected committed tokens per millisecond.
 
-    Acceptance is the call's own, per row and depth (and per tree rank), from the drafter's agreement with the target
-    on the prompt (or its declared acceptance if higher); step costs are the loop's own, measured as calls run
+    Acceptance is the call's own, per row and depth (and per tree rank), starting from the setting's recent calls
+    (the first call: the drafter's agreement with the target on the prompt, or its declared acceptance if higher; the
+    prompt is read again where the record cannot tell whether drafting pays); step costs are the loop's own, measured as calls run
     (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that could pay stays untried. docs/policies.md.
 
     Args:
@@ -205,10 +206,13 @@ class Schedule:
                outcomes: tuple[torch.Tensor, torch.Tensor] | None = None, drafted: bool = True,
                left: int | None = None) -> None:
         """After a verification: active rows, drafts (a tree's depth) and accepted drafts, [batch] each; for a tree,
-        `outcomes` = (trials, hits) [batch, depth, rank] (`tree_outcomes`). `drafted`: whether the step drafted at
+        `outcomes` = (trials, hits) [batch, depth, rank] (`tree.tree_outcomes`). `drafted`: whether the step drafted at
         all; `left`: its active rows' count (what the loop knows without reading the device)."""
         if self.tree is None:
             self.lengths = self.policy.next_lengths(self.lengths, active, num_drafted, num_accepted)
+
+    def done(self) -> None:
+        """After the call's last step (the default tells the setting's record how often first drafts were accepted)."""
 
     def drafts(self) -> bool:
         """Whether the next step drafts a chain (`lengths` not all 0)."""
@@ -228,9 +232,7 @@ DEFAULT_PRIOR = 0.5
 
 class AdaptiveSchedule(Schedule):
     """CostAwareDraftPolicy's state for one call: decayed acceptance counts per row and depth (rank 1) and per tree
-    rank, the rows' priors, and the step count the optimism bonus grows with."""
-
-    wants_prior = True
+    rank, the rows' priors (from the setting's record or the prompt), and the step count the bonus grows with."""
 
     def __init__(self, policy: CostAwareDraftPolicy, batch_size: int, device: torch.device, costs,
                  menu: tuple[Shape, ...], prior: float | None):
@@ -239,7 +241,9 @@ class AdaptiveSchedule(Schedule):
         self.max_width = max(shape.width for shape in menu)
         self.max_rank = max((shape.top_k for shape in menu), default=1) or 1
         self.declared = prior  # the drafter's own acceptance, if it declares one
-        self.prior = torch.full((batch_size,), DEFAULT_PRIOR if prior is None else prior, dtype=torch.float64)
+        seen = sorted(costs.accepted) if costs is not None else []  # the setting's recent calls, their first drafts
+        start = statistics.median(seen) if seen else DEFAULT_PRIOR if prior is None else prior
+        self.prior = torch.full((batch_size,), start, dtype=torch.float64)
         self.hits = torch.zeros(batch_size, self.max_depth, dtype=torch.float64)  # [batch, depth] fading, rank 1
         self.trials = torch.zeros_like(self.hits)
         self.all_hits, self.all_trials = torch.zeros_like(self.hits), torch.zeros_like(self.hits)  # not decayed
@@ -250,6 +254,7 @@ class AdaptiveSchedule(Schedule):
         self.tree = None
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
+        self.wants_prior = not seen  # a setting's first calls read the prompt; later ones start from the record
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
         """Each row's agreement with the target on its prompt ([batch]; NaN: no evidence) over `positions` tokens, worth
@@ -337,6 +342,11 @@ class AdaptiveSchedule(Schedule):
         gain = self.policy.min_gain if int(rows.sum()) == 1 else self.policy.batch_gain
         return best_shape(self.alphas(optimism, rows), self.ranks(), self.costs.estimate, self.menu, gain)
 
+    def done(self) -> None:
+        trials = float(self.all_trials[:, 0].sum())
+        if trials >= PRIOR_WEIGHT:  # a few probes say little: the record keeps what longer calls saw
+            self.costs.remember(float(self.all_hits[:, 0].sum()) / trials)
+
     def drafting_pays(self, active: torch.Tensor) -> bool:
         return self._best(active.cpu(), optimism=0.0) is not None
 
@@ -393,22 +403,3 @@ def best_shape(alphas, ranks: list[float], cost_ms, menu: tuple[Shape, ...], gai
         if rate > best_rate * (1 + gain):
             best, best_rate = shape, rate
     return best
-
-
-def tree_outcomes(parents: torch.Tensor, path: torch.Tensor, num_accepted: torch.Tensor, max_rank: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """What one tree verification says per row, depth and rank: (trials, hits), [batch, depth, max_rank] float. At
-    each node on a row's accepted path at depth d - 1 (the root at 0) whose children are ranked best first, rank k had
-    a trial at depth d if the node has k children, and a hit if the accepted child is its k-th."""
-    is_child = parents >= 0  # [batch, nodes]
-    num_children = torch.zeros_like(parents).scatter_add_(1, parents.clamp_min(0), is_child.long())  # [batch, nodes]
-    rank = earlier_siblings(parents).sum(dim=2) + 1  # [batch, nodes] a child's rank among its siblings
-    depth = path.shape[1]
-    along = torch.cat([torch.zeros_like(path[:, :1]), path.clamp_min(0)], dim=1)[:, :depth]  # [batch, depth] parents
-    steps = torch.arange(depth, device=path.device)
-    reached = steps <= num_accepted[:, None]  # [batch, depth]: the path node at depth d - 1 exists
-    accepted_rank = torch.where(steps < num_accepted[:, None], rank.gather(1, path.clamp_min(0)), 0)  # [batch, depth]
-    ranks = torch.arange(1, max_rank + 1, device=path.device)
-    trials = reached[:, :, None] & (num_children.gather(1, along)[:, :, None] >= ranks)  # [batch, depth, rank]
-    hits = trials & (accepted_rank[:, :, None] == ranks)
-    return trials.double(), hits.double()

@@ -16,9 +16,9 @@ import torch
 from hf_specdec.cache import CachedModel, TargetFeatures, TreeColumns
 from hf_specdec.drafters.base import Draft, DraftContext, DraftSession
 from hf_specdec.output import _write
-from hf_specdec.policy import TreeDraftPolicy, tree_outcomes
+from hf_specdec.policy import TreeDraftPolicy
 from hf_specdec.processing import CONTEXT_FREE, process_scores
-from hf_specdec.tree import DraftTree
+from hf_specdec.tree import DraftTree, tree_outcomes
 from hf_specdec.verify import verify_greedy, verify_stochastic, verify_tree_greedy, verify_tree_stochastic
 
 
@@ -34,7 +34,7 @@ class Verified:
     logits: torch.Tensor | None  # [batch, width, vocab] raw logits along it
     features: TargetFeatures | None  # the target's states for a drafter that reads them
     prompt_logits: torch.Tensor | None = None  # [batch, extra, vocab] before the step's own (see `chain_step`)
-    outcomes: tuple[torch.Tensor, torch.Tensor] | None = None  # a tree's (trials, hits), `policy.tree_outcomes`
+    outcomes: tuple[torch.Tensor, torch.Tensor] | None = None  # a tree's (trials, hits), `tree.tree_outcomes`
     nodes: torch.Tensor | None = None  # [batch] a tree's drafted nodes
     drafted_at: float = 0.0  # time.perf_counter() when drafting ended (the step's verification began)
 

@@ -221,3 +221,22 @@ def _trim(tree: DraftTree) -> DraftTree:
     """The tree cut to the batch's widest row (columns every row leaves invalid cost a forward nothing)."""
     width = int(tree.num_nodes.max())
     return DraftTree(tokens=tree.tokens[:, :width], parents=tree.parents[:, :width], valid=tree.valid[:, :width])
+
+
+def tree_outcomes(parents: torch.Tensor, path: torch.Tensor, num_accepted: torch.Tensor, max_rank: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """What one tree verification says per row, depth and rank: (trials, hits), [batch, depth, max_rank] float. At
+    each node on a row's accepted path at depth d - 1 (the root at 0) whose children are ranked best first, rank k had
+    a trial at depth d if the node has k children, and a hit if the accepted child is its k-th."""
+    is_child = parents >= 0  # [batch, nodes]
+    num_children = torch.zeros_like(parents).scatter_add_(1, parents.clamp_min(0), is_child.long())  # [batch, nodes]
+    rank = earlier_siblings(parents).sum(dim=2) + 1  # [batch, nodes] a child's rank among its siblings
+    depth = path.shape[1]
+    along = torch.cat([torch.zeros_like(path[:, :1]), path.clamp_min(0)], dim=1)[:, :depth]  # [batch, depth] parents
+    steps = torch.arange(depth, device=path.device)
+    reached = steps <= num_accepted[:, None]  # [batch, depth]: the path node at depth d - 1 exists
+    accepted_rank = torch.where(steps < num_accepted[:, None], rank.gather(1, path.clamp_min(0)), 0)  # [batch, depth]
+    ranks = torch.arange(1, max_rank + 1, device=path.device)
+    trials = reached[:, :, None] & (num_children.gather(1, along)[:, :, None] >= ranks)  # [batch, depth, rank]
+    hits = trials & (accepted_rank[:, :, None] == ranks)
+    return trials.double(), hits.double()
