@@ -4,11 +4,13 @@ held-out prompts, with SmolLM2-135M-Instruct as the target.
 Each setting (drafter, dtype, mode, batch size) generates every prompt batch with plain generate(), plain generate()
 again (the A/A control), the default, chains of 1-4 and trees 4/3/8 and 4/4/16, in a shuffled order per batch, after
 one warm-up call of each; a method's ratio is the median over batches of its tokens/s over plain's on the same batch.
-`--first-call` instead times, in a fresh process after one plain generate(), the first call with a drafter against the
+`--first-call` instead times, in fresh processes after one plain generate(), the first call with a drafter against the
 tenth identical one (each relative to a plain call next to it).
 
 Run: python benchmarks/default_vs_best.py --out benchmarks/data/default_vs_best.json   (add --quick for a smoke run)
 Table of recorded runs: python benchmarks/default_vs_best.py --table benchmarks/data/default_vs_best.json
+First call: python benchmarks/default_vs_best.py --first-call --drafters head --dtypes bfloat16 --batch-sizes 1
+    --out benchmarks/data/default_first_call_b1.json
 """
 
 from __future__ import annotations
@@ -107,6 +109,21 @@ def first_call(dtype: str, drafter_kind: str, batch_size: int, new_tokens: int) 
     return {"first": ratios[0], "tenth": ratios[-1], "first_over_tenth": ratios[0] / ratios[-1], "all": ratios}
 
 
+def first_calls(args) -> dict:
+    """`first_call` in `args.processes` fresh processes (one process's tenth call alone is noisy: calls 2-10 of one
+    process read 1.17-1.54x plain): the median over processes of the first call's ratio over the tenth's, and over
+    the median of calls 2-10."""
+    command = [sys.executable, __file__, "--first-call", "--processes", "0", "--dtypes", args.dtypes, "--drafters",
+               args.drafters, "--batch-sizes", args.batch_sizes, "--new-tokens", str(args.new_tokens),
+               "--threads", str(args.threads)]
+    runs = [json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+            for _ in range(args.processes)]
+    return {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(), "command": " ".join(sys.argv),
+            "first_over_tenth": statistics.median(run["first_over_tenth"] for run in runs),
+            "first_over_later": statistics.median(run["first"] / statistics.median(run["all"][1:]) for run in runs),
+            "runs": runs}
+
+
 def load(dtype: str, drafter_kind: str):
     target, independent, tokenizer, _ = load_pair(dtype=getattr(torch, dtype))
     drafter = {"head": lambda: hf_specdec.load_drafter(HEAD), "independent": lambda: independent,
@@ -169,6 +186,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--first-call", action="store_true", help="time the first call against the tenth instead")
+    parser.add_argument("--processes", type=int, default=5, help="--first-call: fresh processes (0: this one)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 prompts, 8 tokens")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/data/default_vs_best.json"))
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of recorded runs instead of running")
@@ -179,9 +197,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.quick:
         args.num_prompts, args.new_tokens = 2, 8
-    if args.first_call:
+    if args.first_call and not args.processes:
         print(json.dumps(first_call(args.dtypes.split(",")[0], args.drafters.split(",")[0],
                                     int(args.batch_sizes.split(",")[0]), args.new_tokens)))
+        return
+    if args.first_call:
+        record = first_calls(args)
+        print(json.dumps({key: value for key, value in record.items() if key != "runs"}))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1))
         return
     record = {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(), "threads": args.threads,
               "command": " ".join(sys.argv), "settings": []}
