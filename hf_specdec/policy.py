@@ -127,10 +127,10 @@ class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
     trees of `TREE_MENU` with the most expected committed tokens per millisecond.
 
-    Acceptance is the call's own, per row and depth (and per tree rank), starting from the setting's recent calls
-    (the first call: the drafter's agreement with the target on the prompt, or its declared acceptance if higher; the
-    prompt is read again where the record cannot tell whether drafting pays); step costs are the loop's own, measured as calls run
-    (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that could pay stays untried. docs/policies.md.
+    Acceptance is the call's own, per row and depth (and per tree rank), starting from the setting's recent calls (its
+    first call: from the drafter's agreement with the target on the prompt, or its declared acceptance if higher);
+    step costs are the loop's own, measured as calls run (`hf_specdec.costs`); an optimism bonus bounds how long a
+    drafter that could pay stays untried. docs/policies.md.
 
     Args:
         max_gamma: longest chain considered.
