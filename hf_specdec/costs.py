@@ -4,8 +4,8 @@ remembered per setting.
 Contract: `costs_for(target, drafter, device, rows, do_sample)` returns the setting's `StepCosts` (target, drafter
 model, device, dtype, rows, torch threads, greedy or sampled), empty on first use and shared by every later call of
 that setting from any thread; the loop `record`s each step's drafting and verifying time, and the default policy asks
-`estimate(shape)`. A sampled setting's costs are frozen after its first call, so seeded sampled calls repeat; greedy
-settings learn on (their output never depends on the costs). Nothing here runs a model. `reset_costs()` forgets every
+`estimate(shape)`. Greedy output never depends on the costs; sampled output is distribution-exact whatever they say
+(seeded calls repeat token for token with a fixed gamma). Nothing here runs a model. `reset_costs()` forgets every
 setting (after moving a model to another device, or once a busy machine is idle again).
 """
 
@@ -18,36 +18,30 @@ from collections import deque
 
 import torch
 
-#: Steps remembered per (part, kind, size): the estimate is their median, so a few slow steps move nothing.
-SAMPLES = 15
-#: A sample counts for this many of the setting's steps: a size that stopped being run (a plain step once drafting
-#: pays) is measured afresh when it would next be chosen, instead of deciding on what a busy moment once measured.
-WINDOW = 512
-#: Calls whose acceptance a setting remembers.
-CALLS = 16
+#: Steps remembered per (part, kind, size), and needed to price it: their median, which a few slow steps do not move.
+SAMPLES, TRUSTED = 15, 3
+CALLS = 16  # calls whose acceptance a setting remembers
 
 
 class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
-    for chains (a plain step is a chain of 0) and trees; and how often the setting's recent calls had a first draft
-    accepted (`accepted`, where the next call starts). A size's first step warms its kernels and is no sample; a
-    sample counts for the setting's last WINDOW steps. Unmeasured sizes are priced from measured ones: between two
-    linearly, beyond the widest as the widest (optimistic, so that it gets tried once), a tree's as a chain's of its
-    width plus what its measured widths cost more, drafting at the cheapest measured ms per level. Widths beyond
-    twice the widest measured are not priced (None): exploration grows by doubling.
-
-    `StepCosts(verify_ms={1: 20.0, 2: 21.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand (chains and trees alike; a
+    for chains (a plain step is a chain of 0) and trees; and what the setting's recent calls accepted (`accepted`,
+    `ranks`: where the next call starts). A size's first step warms its kernels and is no sample; a size is priced
+    by the median of its latest SAMPLES steps from its third on. Unmeasured sizes are priced from measured ones: between two linearly, beyond the
+    widest as the widest (optimistic, so it gets tried once) up to twice the widest (exploration grows by doubling;
+    pinned costs: not beyond), a tree's as a chain's of its width plus what measured trees cost more, drafting at the
+    cheapest measured ms per level. `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand (a
     `CostAwareDraftPolicy(costs=...)` then decides the same everywhere): pinned costs ignore what calls measure.
     """
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
-        self.pinned = verify_ms is not None  # pinned by hand, or frozen (`freeze`): `record` changes nothing
+        self.pinned = verify_ms is not None  # pinned by hand: `record` and `remember` change nothing
         self._lock = threading.Lock()
-        self._samples: dict[tuple, deque] = {}  # (part, kind, size) -> (clock, ms) of its latest steps
-        self._clock = 0  # steps recorded
+        self._samples: dict[tuple, deque] = {}  # (part, kind, size) -> ms of its latest steps
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
         self.accepted: tuple[float, ...] = ()  # the setting's recent calls' share of first drafts accepted
+        self.ranks: tuple = ()  # the last call's (hits, trials) of tree children by rank
         if self.pinned:
             if 1 not in verify_ms:
                 raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")
@@ -60,53 +54,41 @@ class StepCosts:
         if self.pinned:
             return
         with self._lock:
-            self._clock += 1
-            changed = set()
+            median = dict(self._median)  # replaced whole: readers never see a half-updated table
             for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
                 if key[2] and key not in self._warm:
                     self._warm.add(key)
                 elif key[2]:
-                    self._samples.setdefault(key, deque(maxlen=SAMPLES)).append((self._clock, ms))
-                    changed.add(key)
-            for key, samples in self._samples.items():
-                while samples and samples[0][0] <= self._clock - WINDOW:
-                    samples.popleft()
-                    changed.add(key)
-            median = dict(self._median)  # replaced whole: readers never see a half-updated table
-            for key in changed:
-                samples = self._samples[key]
-                if samples:
-                    median[key] = statistics.median(ms for _, ms in samples)
-                else:
-                    del median[key]
+                    samples = self._samples.setdefault(key, deque(maxlen=SAMPLES))
+                    samples.append(ms)
+                    if len(samples) >= TRUSTED:  # until then priced from the others (optimistic): a noisy step or
+                        median[key] = statistics.median(samples)  # two rule nothing out
             self._median = median
 
-    def remember(self, accepted: float) -> None:
-        """A finished call's share of first drafts accepted."""
+    def remember(self, accepted: float | None, ranks: tuple) -> None:
+        """A finished call's share of first drafts accepted (None: too few drafts to say) and its tree children's
+        fading (hits, trials) by rank, where the next call's start."""
         if not self.pinned:
-            with self._lock:
-                self.accepted = (*self.accepted, accepted)[-CALLS:]  # replaced whole, read without the lock
-
-    def freeze(self) -> None:
-        """Keeps the costs as they are: a sampled setting's seeded calls then repeat (from its second call on)."""
-        self.pinned = True
+            with self._lock:  # replaced whole, read without the lock
+                self.accepted = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:]
+                self.ranks = ranks
 
     def estimate(self, shape) -> float | None:
         """Milliseconds of a step drafting `shape` (a `policy.Shape`; None: a plain step), or None while unpriced."""
         kind = "chain" if shape is None or shape.top_k == 0 else "tree"
         width, depth = (1, 0) if shape is None else (shape.width, shape.depth)
         table = self._median
-        verify = _curve(table, "verify", kind, width, cap=True)
+        verify = _curve(table, "verify", kind, width, reach=1 if self.pinned else 2)
         if verify is None:
             return None
-        return verify + (_curve(table, "draft", kind, depth, cap=False) if depth else 0.0)
+        return verify + (_curve(table, "draft", kind, depth) if depth else 0.0)
 
     def measured(self) -> dict[tuple, float]:
         """{(part, kind, size): ms} of everything measured (or pinned) so far."""
         return dict(self._median)
 
 
-def _curve(table: dict, part: str, kind: str, size: int, cap: bool) -> float | None:
+def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> float | None:
     """The `part` cost of `kind` at `size` from the measured points. A tree's verification costs what a chain's of its
     width does plus the median difference its measured widths showed (nothing measured: no difference)."""
     points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
@@ -118,7 +100,7 @@ def _curve(table: dict, part: str, kind: str, size: int, cap: bool) -> float | N
         points = points or {key[2]: ms for key, ms in table.items() if key[:2] == ("draft", "chain")}
         return min((ms / level for level, ms in points.items()), default=0.0) * size
     widest = max((key[2] for key in table if key[0] == "verify"), default=0)
-    if cap and size > 2 * widest:
+    if reach and size > reach * widest:
         return None
     chains = _never_cheaper({key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")})
     base = _line(chains, size)

@@ -212,9 +212,6 @@ def speculative_decode(
         )
     step_stats.record_plain_steps(plain_steps)
     schedule.done()
-    if do_sample:  # decisions of later seeded calls repeat (docs/policies.md)
-        for table in step_costs.values():
-            table.freeze()
     return finish(
         sequences, lens, flagged, done_at, prompt_len, generation_config._pad_token_tensor, scores_out, logits_out,
         generation_config, step_stats, stats, target.num_forwards,

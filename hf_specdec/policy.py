@@ -241,7 +241,7 @@ class AdaptiveSchedule(Schedule):
         self.max_width = max(shape.width for shape in menu)
         self.max_rank = max((shape.top_k for shape in menu), default=1) or 1
         self.declared = prior  # the drafter's own acceptance, if it declares one
-        seen = sorted(costs.accepted) if costs is not None else []  # the setting's recent calls, their first drafts
+        seen = sorted(costs.accepted)  # the setting's recent calls' shares of first drafts accepted
         start = statistics.median(seen) if seen else DEFAULT_PRIOR if prior is None else prior
         self.prior = torch.full((batch_size,), start, dtype=torch.float64)
         self.hits = torch.zeros(batch_size, self.max_depth, dtype=torch.float64)  # [batch, depth] fading, rank 1
@@ -249,6 +249,8 @@ class AdaptiveSchedule(Schedule):
         self.all_hits, self.all_trials = torch.zeros_like(self.hits), torch.zeros_like(self.hits)  # not decayed
         self.rank_hits = torch.zeros(self.max_rank, dtype=torch.float64)  # [rank] decayed, ranks 2.. (0: unused)
         self.rank_trials = torch.zeros_like(self.rank_hits)
+        for rank, (hits, trials) in enumerate(costs.ranks[: self.max_rank]):  # the last call's
+            self.rank_hits[rank], self.rank_trials[rank] = hits, trials
         self.steps = 0
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # the prefill is a plain step
         self.tree = None
@@ -343,9 +345,9 @@ class AdaptiveSchedule(Schedule):
         return best_shape(self.alphas(optimism, rows), self.ranks(), self.costs.estimate, self.menu, gain)
 
     def done(self) -> None:
-        trials = float(self.all_trials[:, 0].sum())
-        if trials >= PRIOR_WEIGHT:  # a few probes say little: the record keeps what longer calls saw
-            self.costs.remember(float(self.all_hits[:, 0].sum()) / trials)
+        trials = float(self.all_trials[:, 0].sum())  # a few probes say little: the record keeps what longer calls saw
+        first = float(self.all_hits[:, 0].sum()) / trials if trials >= PRIOR_WEIGHT else None
+        self.costs.remember(first, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())))
 
     def drafting_pays(self, active: torch.Tensor) -> bool:
         return self._best(active.cpu(), optimism=0.0) is not None

@@ -5,6 +5,7 @@ import torch
 from transformers import GenerationMixin
 
 import hf_specdec
+from hf_specdec.costs import StepCosts
 import tiny_models
 
 
@@ -88,18 +89,20 @@ def test_stats_object_accumulates_rows_across_calls(target, partial_drafter):
 
 
 def test_sampling_is_reproducible_with_a_generator_and_with_the_global_seed(target, partial_drafter):
+    """With a fixed gamma, or the default with pinned costs (its shapes then follow no measured time and no record of
+    earlier calls: docs/policies.md)."""
     ids, mask = tiny_models.prompts(2, seed=4)
-    kwargs = dict(attention_mask=mask, do_sample=True, max_new_tokens=12, drafter=partial_drafter)
-    hf_specdec.reset_costs()
-    target.generate(ids, **kwargs)  # the setting's first call measures its step costs, which then stay (docs/policies.md)
-    first = target.generate(ids, generator=torch.Generator().manual_seed(5), **kwargs)
-    second = target.generate(ids, generator=torch.Generator().manual_seed(5), **kwargs)
-    other = target.generate(ids, generator=torch.Generator().manual_seed(6), **kwargs)
-    assert torch.equal(first, second) and not torch.equal(first, other)
-    torch.manual_seed(3)
-    third = target.generate(ids, **kwargs)
-    torch.manual_seed(3)
-    assert torch.equal(third, target.generate(ids, **kwargs))
+    pinned = hf_specdec.CostAwareDraftPolicy(costs=StepCosts(verify_ms={1: 10.0, 3: 11.0}, draft_ms=1.0))
+    for gamma in (3, pinned):
+        kwargs = dict(attention_mask=mask, do_sample=True, max_new_tokens=12, drafter=partial_drafter, gamma=gamma)
+        first = target.generate(ids, generator=torch.Generator().manual_seed(5), **kwargs)
+        second = target.generate(ids, generator=torch.Generator().manual_seed(5), **kwargs)
+        other = target.generate(ids, generator=torch.Generator().manual_seed(6), **kwargs)
+        assert torch.equal(first, second) and not torch.equal(first, other)
+        torch.manual_seed(3)
+        third = target.generate(ids, **kwargs)
+        torch.manual_seed(3)
+        assert torch.equal(third, target.generate(ids, **kwargs))
 
 
 def test_generation_config_object_and_use_cache_false(target, partial_drafter):

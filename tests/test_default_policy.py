@@ -30,9 +30,11 @@ def _step(schedule, drafted: int, accepted: int, rows: int = 1):
 
 
 def _ran(costs, kind, depth, width, draft_ms, verify_ms):
-    """A size's first step in a setting (kernels warming, here 10x slow) is no sample; the next one is."""
+    """A size's first step in a setting (kernels warming, here 10x slow) is no sample; it is measured from the next
+    three."""
     costs.record(kind, depth, width, 10 * draft_ms, 10 * verify_ms)
-    costs.record(kind, depth, width, draft_ms, verify_ms)
+    for _ in range(3):
+        costs.record(kind, depth, width, draft_ms, verify_ms)
 
 
 def _depth(schedule) -> int:
@@ -122,15 +124,30 @@ def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_readi
     assert depths == [0] * 48  # a drafter the setting's calls never had accepted: plain all call long
     right = _measured()
     for accepted in (0.8, 0.9, 0.7):
-        right.remember(accepted)
+        right.remember(accepted, ())
     often = _schedule(right)
     assert not often.wants_prior and often.prior.item() == pytest.approx(0.8)
     _step(often, 0, 0)  # the prefill
     assert _depth(often) > 0  # drafts from the first step after it
-    frozen = _measured()
-    frozen.freeze()  # a sampled setting after its first call: its record stays as it was
-    frozen.remember(0.9)
-    assert frozen.accepted == ()
+    pinned = StepCosts(verify_ms={1: 20.0, 2: 22.0}, draft_ms=2.0)  # by hand: no record, nothing beyond what is given
+    pinned.remember(0.9, ())
+    assert pinned.accepted == () and pinned.estimate(Shape(0, 1, 1)) == 24.0 and pinned.estimate(Shape(0, 2, 2)) is None
+
+
+def test_a_trees_children_acceptance_carries_over_to_the_settings_next_call():
+    costs = _measured()
+    _ran(costs, "tree", 3, 9, 6.0, 23.0)
+    first = _schedule(costs, trees=True)
+    before = first.ranks()
+    trials = torch.zeros(1, 3, 4)
+    trials[0, 0, :] = 1.0  # the root's four children tried, the second right, in each of 20 tree steps
+    hits = torch.zeros_like(trials)
+    hits[0, 0, 1] = 1.0
+    for _ in range(20):
+        first.update(torch.tensor([True]), torch.tensor([3]), torch.tensor([1]), (trials, hits), left=1)
+    first.done()
+    second = _schedule(costs, trees=True)
+    assert second.ranks()[0] > 0.5 > before[0] and second.ranks()[1] < before[1]
 
 
 def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
@@ -172,9 +189,10 @@ def test_unmeasured_costs_start_plain_and_explore_by_doubling():
     schedule = _schedule(costs)
     schedule.set_prior(torch.tensor([0.9]), torch.tensor([100]))
     assert _depth(schedule) == 0  # no plain step measured yet: nothing to price against
-    costs.record("chain", 0, 1, 0.0, 20.0)
-    _step(schedule, 0, 0)
-    assert _depth(schedule) == 0  # the first plain step warmed the kernels: still unmeasured
+    for _ in range(3):
+        costs.record("chain", 0, 1, 0.0, 20.0)
+        _step(schedule, 0, 0)
+        assert _depth(schedule) == 0  # the first plain step warmed the kernels, two steps measure nothing yet
     costs.record("chain", 0, 1, 0.0, 20.0)
     _step(schedule, 0, 0)
     assert _depth(schedule) == 1  # widths up to twice the widest measured: a chain of 1
@@ -200,8 +218,10 @@ def test_a_draft_nobody_accepts_never_pays_however_cheap_a_wider_forward_measure
 def test_step_costs_interpolate_extrapolate_and_cap():
     costs = StepCosts()
     assert costs.estimate(None) is None
-    for ms in (90.0, 20.0, 22.0, 21.0):  # the first step warms the kernels: no sample
+    for ms in (90.0, 20.0, 22.0):  # the first step warms the kernels: no sample; two samples measure nothing yet
         costs.record("chain", 0, 1, 0.0, ms)
+    assert costs.estimate(None) is None
+    costs.record("chain", 0, 1, 0.0, 21.0)
     _ran(costs, "chain", 1, 2, 2.0, 24.0)
     _ran(costs, "chain", 3, 4, 6.0, 30.0)
     assert costs.estimate(None) == 21.0  # the median of the plain steps
