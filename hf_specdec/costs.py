@@ -27,11 +27,11 @@ class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
     for chains (a plain step is a chain of 0) and trees; and what the setting's recent calls accepted (`accepted`,
     `ranks`: where the next call starts). A size's first step warms its kernels and is no sample; a size is priced
-    by the median of its latest SAMPLES steps from its third on. Unmeasured sizes are priced from measured ones: between two linearly, beyond the
-    widest as the widest (optimistic, so it gets tried once) up to twice the widest (exploration grows by doubling;
-    pinned costs: not beyond), a tree's as a chain's of its width plus what measured trees cost more, drafting at the
-    cheapest measured ms per level. `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand (a
-    `CostAwareDraftPolicy(costs=...)` then decides the same everywhere): pinned costs ignore what calls measure.
+    by the median of its latest SAMPLES steps from its third on. Unmeasured sizes are priced from measured ones:
+    between two linearly, beyond the widest along the last two, up to twice the widest (exploration grows by
+    doubling; pinned costs: not beyond), a tree's as a chain's of its width plus what measured trees cost more,
+    drafting at the cheapest measured ms per level. `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins
+    costs by hand (a `CostAwareDraftPolicy(costs=...)` then decides the same everywhere), ignoring what calls measure.
     """
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
@@ -111,26 +111,33 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
 
 
 def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
-    """The measured widths with each cost raised to the most a narrower width measured: scoring more tokens per row
-    never costs less, so a wider forward that measured cheaper (noise, or a kernel path that differs by width on a CPU
-    that computes bf16) cannot make a draft nobody accepts look free."""
-    out, most = {}, 0.0
+    """The measured widths' costs made monotone by pooling each run of widths that measured cheaper than a narrower
+    one to their mean (isotonic regression): scoring more tokens never costs less, so a wider forward that measured
+    cheaper cannot make a draft nobody accepts look free, nor one noisy width price every wider one out."""
+    blocks = []  # [total ms, widths] of pooled runs, means rising
     for width in sorted(points):
-        most = max(most, points[width])
-        out[width] = most
-    return out
+        blocks.append([points[width], [width]])
+        while len(blocks) > 1 and blocks[-2][0] / len(blocks[-2][1]) > blocks[-1][0] / len(blocks[-1][1]):
+            total, widths = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += widths
+    return {width: total / len(widths) for total, widths in blocks for width in widths}
 
 
 def _line(points: dict[int, float], size: int) -> float | None:
-    """Linear between two measured points (never falling); else as the nearest (optimistic)."""
+    """Linear between two measured points, or along the last two (never falling); else as the nearest (optimistic)."""
     if not points:
         return None
     if size in points:
         return points[size]
-    below, above = [w for w in points if w < size], [w for w in points if w > size]
-    if not (below and above):
-        return points[max(below) if below else min(above)]
-    low, high = max(below), min(above)
+    sizes = sorted(points)
+    below, above = [w for w in sizes if w < size], [w for w in sizes if w > size]
+    if below and above:
+        low, high = below[-1], above[0]
+    elif len(below) >= 2:
+        low, high = below[-2], below[-1]
+    else:
+        return points[below[-1] if below else above[0]]
     return points[low] + max(0.0, (points[high] - points[low]) / (high - low)) * (size - low)
 
 

@@ -198,7 +198,7 @@ def test_unmeasured_costs_start_plain_and_explore_by_doubling():
     assert _depth(schedule) == 1  # widths up to twice the widest measured: a chain of 1
     _ran(costs, "chain", 1, 2, 1.0, 20.5)
     _step(schedule, 1, 1)
-    assert _depth(schedule) == 3  # width 4 now priced (as width 2: optimistic until measured)
+    assert _depth(schedule) == 3  # width 4 now priced (from widths 1 and 2)
     _ran(costs, "chain", 3, 4, 3.0, 21.5)
     _step(schedule, 3, 3)
     assert _depth(schedule) == 6
@@ -209,10 +209,15 @@ def test_a_draft_nobody_accepts_never_pays_however_cheap_a_wider_forward_measure
     for _ in range(4):
         costs.record("chain", 0, 1, 0.0, 30.0)
         costs.record("chain", 1, 2, 0.5, 27.0)  # a 2-token forward that measured cheaper than a 1-token one
-    assert costs.estimate(Shape(0, 1, 1)) == 30.5  # priced at least as the plain step, plus the draft
+    assert costs.estimate(None) == costs.estimate(Shape(0, 1, 1)) - 0.5 == 28.5  # pooled: width costs no less
     schedule = _schedule(costs, exploration=0.0)
     schedule.set_prior(torch.tensor([0.0]), torch.tensor([100]))
     assert _depth(schedule) == 0
+
+
+def test_step_costs_are_monotone_in_width_without_one_noisy_width_pricing_every_wider_one_out():
+    costs = StepCosts(verify_ms={1: 30.0, 2: 40.0, 3: 35.0, 4: 36.0, 5: 38.0}, draft_ms=1.0)
+    assert [costs.estimate(Shape(0, depth, depth)) - 1.0 * depth for depth in range(1, 5)] == [37.0, 37.0, 37.0, 38.0]
 
 
 def test_step_costs_interpolate_extrapolate_and_cap():
@@ -227,12 +232,12 @@ def test_step_costs_interpolate_extrapolate_and_cap():
     assert costs.estimate(None) == 21.0  # the median of the plain steps
     assert costs.estimate(Shape(0, 1, 1)) == 26.0
     assert costs.estimate(Shape(0, 2, 2)) == pytest.approx(27.0 + 4.0)  # between widths 2 and 4; 2 ms a level
-    assert costs.estimate(Shape(0, 5, 5)) == pytest.approx(30.0 + 10.0)  # beyond the widest: as the widest, until run
+    assert costs.estimate(Shape(0, 5, 5)) == pytest.approx(30.0 + 3.0 * 2 + 10.0)  # along the last two, 3 ms / width
     assert costs.estimate(Shape(0, 8, 8)) is None  # width 9 > twice the widest measured
-    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(30.0 + 6.0)  # a tree priced as a chain of its width
+    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(39.0 + 6.0)  # a tree priced from the chains' curve
     # A measured tree costs its chain width's line plus what it measured more: 3 ms at width 5, so 3 ms at width 7.
-    _ran(costs, "tree", 2, 5, 9.0, 30.0 + 3.0)
-    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(30.0 + 3.0 + 9.0 / 2 * 3)
+    _ran(costs, "tree", 2, 5, 9.0, 33.0 + 3.0)
+    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(39.0 + 3.0 + 9.0 / 2 * 3)
     pinned = StepCosts(verify_ms={1: 10.0}, draft_ms=1.0)
     pinned.record("chain", 0, 1, 0.0, 99.0)
     assert pinned.estimate(None) == 10.0  # pinned costs ignore what calls measure
