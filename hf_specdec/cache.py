@@ -651,8 +651,8 @@ class CachedModel:
 
 #: What a decoder layer may be called with for `SharedPrefix` to run it on a chunk's last columns alone: each is
 #: either laid out along the chunk in a known way (and sliced) or not a tensor.
-LAYER_INPUTS = ("hidden_states", "attention_mask", "position_ids", "past_key_values", "use_cache",
-                "position_embeddings", "cache_position")
+LAYER_INPUTS = ("hidden_states", "attention_mask", "position_ids", "past_key_values", "layer_past", "use_cache",
+                "output_attentions", "position_embeddings", "cache_position")
 
 
 def prefix_refusal(model: PreTrainedModel, layers) -> str | None:
@@ -717,27 +717,31 @@ class _FreshOnly(_SharedLayer):
         if not fresh:
             return before
         kwargs.update(zip(list(forward_parameters(self.layer))[1:], args))  # every input by name
-        inputs = {name: _last_columns(name, value, fresh) for name, value in kwargs.items()}
+        inputs = {name: _last_columns(name, value, hidden_states.shape[1], fresh) for name, value in kwargs.items()}
         out = self.layer(hidden_states[:, -fresh:], **inputs)
         merged = torch.cat([before, out if isinstance(out, torch.Tensor) else out[0]], dim=1)  # [batch, chunk, hidden]
         return merged if isinstance(out, torch.Tensor) else (merged, *out[1:])
 
 
-def _last_columns(name: str, value, fresh: int):
-    """A decoder layer's input `name` cut to the chunk's last `fresh` queries (`LAYER_INPUTS`)."""
-    if name == "attention_mask" and isinstance(value, dict):
-        return {kind: _last_columns(name, mask, fresh) for kind, mask in value.items()}
-    if not isinstance(value, (torch.Tensor, tuple, list)) or name == "past_key_values":
+#: Where each input of `LAYER_INPUTS` that is laid out along the chunk has its queries (a dimension from the end).
+_QUERY_DIMS = {"attention_mask": -2, "position_ids": -1, "cache_position": -1, "position_embeddings": -2}
+
+
+def _last_columns(name: str, value, chunk: int, fresh: int):
+    """A decoder layer's input `name` cut to the chunk's last `fresh` of its `chunk` queries: masks [batch, 1, queries,
+    keys] (one, or one per layer type), position ids [batch, queries], rotary embeddings [batch, queries, dim] (one,
+    or a (cos, sin) pair). Anything else laid out along the chunk is an error, never a guess."""
+    if isinstance(value, dict) and name == "attention_mask":
+        return {kind: _last_columns(name, mask, chunk, fresh) for kind, mask in value.items()}
+    if isinstance(value, (tuple, list)) and name == "position_embeddings":
+        return tuple(_last_columns(name, part, chunk, fresh) for part in value)
+    if not isinstance(value, torch.Tensor) or name in ("past_key_values", "layer_past"):
         return value
-    if name == "attention_mask":
-        return value[..., -fresh:, :]  # [batch, 1, queries, keys]
-    if name == "position_ids":
-        return value[..., -fresh:]  # [batch, queries]
-    if name == "cache_position":
-        return value[-fresh:]
-    if name == "position_embeddings":
-        return tuple(part[..., -fresh:, :] for part in value)  # (cos, sin), each [batch, queries, dim]
-    raise RuntimeError(f"a decoder layer was given {name!r}, whose layout along the tokens is not known.")
+    dim = _QUERY_DIMS.get(name)
+    if dim is None or value.dim() < -dim or value.shape[dim] != chunk:
+        raise RuntimeError(f"a decoder layer was given {name!r} of shape {tuple(value.shape)}, not laid out along its "
+                           f"{chunk} tokens as hf_specdec.cache.SharedPrefix expects.")
+    return value.narrow(dim, chunk - fresh, fresh)
 
 
 class SharedPrefix:
