@@ -58,7 +58,7 @@ class EarlyExitSession(ModelDraftSession):
         super().__init__(cached)
         self.target = target
         self.num_layers = num_layers
-        path, decoder, layers_name = decoder_layers(target)
+        _, decoder, layers_name = decoder_layers(target)
         self.layers = list(getattr(decoder, layers_name))
         # Asked of the target's class and config when the call starts, before any forward.
         self.shares = prefix_refusal(target, self.layers[:num_layers]) is None
