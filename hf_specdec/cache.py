@@ -549,8 +549,7 @@ class CachedModel:
         tokens (as in `forward`), `node_inputs` for the nodes. With `feature_layers` (as in `forward`) the
         return value is (logits, TreeColumns) with those hidden states for every fed column.
         """
-        if self.prefix is not None and self.prefix.pending:
-            raise RuntimeError("a drafter fed this cache's first layers: the next forward must be a chain's (forward()).")
+        self._no_pending_prefix()
         batch, num_nodes = tree.tokens.shape
         if feed is None:
             feed = torch.where(tree.valid[:, 1:], torch.arange(1, num_nodes, device=self.device), -1)
@@ -638,9 +637,12 @@ class CachedModel:
         self.valid = torch.cat([self.valid[:, :start], tail.gather(1, order)], dim=1)
         self.positions = torch.cat([self.positions[:, :start], self.positions[:, start:].gather(1, order)], dim=1)
 
-    def _no_pending_tree(self) -> None:
+    def _no_pending_prefix(self) -> None:
         if self.prefix is not None and self.prefix.pending:
             raise RuntimeError("a drafter fed this cache's first layers: the next forward must be a chain's (forward()).")
+
+    def _no_pending_tree(self) -> None:
+        self._no_pending_prefix()
         if self._tree is not None:
             raise RuntimeError("a draft tree was fed and not resolved: call keep_paths() after forward_tree().")
 
