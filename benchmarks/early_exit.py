@@ -37,9 +37,9 @@ class OwnCache(hf_specdec.EarlyExit):
         return f"EarlyExit({self.num_layers}), own cache"
 
     def start(self, target, batch_size, device):
-        session = super().start(target, batch_size, device)
-        session.shares = False
-        return session
+        drafting = super().start(target, batch_size, device)
+        drafting.shares = False
+        return drafting
 
 
 def commit() -> str:

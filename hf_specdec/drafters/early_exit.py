@@ -43,16 +43,16 @@ class EarlyExit(Drafter):
         early_exit_view(target, self.num_layers)  # raises EarlyExitError for a k or a model it cannot serve
         return target.config.get_text_config().vocab_size
 
-    def start(self, target, batch_size: int, device: torch.device) -> "EarlyExitSession":
-        return EarlyExitSession(CachedModel(early_exit_view(target, self.num_layers), batch_size, device), target,
+    def start(self, target, batch_size: int, device: torch.device) -> "EarlyExitDrafting":
+        return EarlyExitDrafting(CachedModel(early_exit_view(target, self.num_layers), batch_size, device), target,
                                 self.num_layers)
 
 
-class EarlyExitSession(ModelDraftSession):
+class EarlyExitDrafting(ModelDraftSession):
     """One call's drafting with the target's first k layers. Chains draft on the target's own cache where it allows
     (`SharedPrefix`, taken at the first chain from `DraftContext.target`): the drafts' keys and values in layers
     0..k-1 are the target's, and its verification runs those layers only for each row's last draft. Trees and the
-    prompt's scores (`score_prompt`) use a k-layer cache of the session's own, as any drafter model does."""
+    prompt's scores (`score_prompt`) use a k-layer cache of the drafter's own, as any drafter model does."""
 
     def __init__(self, cached: CachedModel, target, num_layers: int):
         super().__init__(cached)
@@ -81,7 +81,7 @@ class EarlyExitSession(ModelDraftSession):
             return super().propose(ctx, num_tokens)
         finally:
             self.feeding = self.cached
-            self.proposed = False  # the session's own cache holds nothing of this draft; the target's rollback drops it
+            self.proposed = False  # the drafter's own cache holds nothing of this draft; the target's rollback drops it
 
     def _draft_logits(self, ctx: DraftContext, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
         logits, _ = self.feeding.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
