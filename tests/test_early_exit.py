@@ -107,8 +107,13 @@ def test_sampling_keeps_the_target_distribution():
     with torch.no_grad():
         target.lm_head.weight.mul_(0.15)
     target.generation_config.eos_token_id = None
-    _, _, stats = padded_pair_fits(target, hf_specdec.EarlyExit(1), 3, 4000)
+    counts, hooks = columns_per_layer(target, (0, 1))
+    try:
+        _, _, stats = padded_pair_fits(target, hf_specdec.EarlyExit(1), 3, 4000)
+    finally:
+        hooks.remove()
     assert 0.05 < stats.acceptance_rate < 0.95
+    assert counts[0] == counts[1]  # with one cache: the verification recomputed no drafted column
 
 
 def test_one_description_serves_two_targets_in_two_threads():
