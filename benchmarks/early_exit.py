@@ -4,6 +4,8 @@
 
 Greedy chat prompts (hf_specdec.bench.prompts.CHAT_PROMPTS), gamma fixed, torch on one thread; methods run side by
 side on each prompt group (plain first), and every output is checked token-identical to plain generate()'s.
+Each EarlyExit(k) runs twice: on the target's own cache (the verification skips layers 0..k-1 for drafted tokens)
+and with a k-layer cache of its own that the verification recomputes (`--no-own-cache` drops that row).
 Writes the rows as JSON (--out) and prints a markdown table for docs/results.md.
 """
 
@@ -20,18 +22,24 @@ import torch
 import hf_specdec
 from hf_specdec.bench.models import DEFAULT_FEATURE_DRAFTER
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
+from hf_specdec.cpu import describe
 from hf_specdec.loading import load_drafter
 from hf_specdec.smollm2 import load_smollm2
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def machine() -> str:
-    """CPU model and its bf16 flags, as results.md's tables name the machine."""
-    info = open("/proc/cpuinfo").read()
-    model = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name"))
-    flags = [flag for flag in ("avx512_bf16", "amx_bf16") if f" {flag}" in info]
-    return f"{model} ({', '.join(flags) or 'no bf16 flags'})"
+class OwnCache(hf_specdec.EarlyExit):
+    """EarlyExit(k) keeping a k-layer cache of its own, which the verification recomputes (as on models whose cache
+    it cannot share): the comparison for the shared cache."""
+
+    def __repr__(self) -> str:
+        return f"EarlyExit({self.num_layers}), own cache"
+
+    def start(self, target, batch_size, device):
+        drafting = super().start(target, batch_size, device)
+        drafting.shares = False
+        return drafting
 
 
 def commit() -> str:
@@ -56,6 +64,7 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=4, help="chat prompts per setting")
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--no-own-cache", action="store_true", help="skip EarlyExit(k) with a cache of its own")
     parser.add_argument("--out", default="benchmarks/data/early_exit.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -64,7 +73,11 @@ def main() -> None:
     for dtype_name in args.dtypes:
         target, tokenizer = load_smollm2(DTYPES[dtype_name])
         head = load_drafter(DEFAULT_FEATURE_DRAFTER, dtype=DTYPES[dtype_name])
-        methods = {f"EarlyExit({k})": hf_specdec.EarlyExit(k) for k in args.ks}
+        methods = {}
+        for k in args.ks:
+            methods[f"EarlyExit({k})"] = hf_specdec.EarlyExit(k)
+            if not args.no_own_cache:
+                methods[repr(OwnCache(k))] = OwnCache(k)
         methods["shipped EAGLE-3 head"] = head
         prompt_ids = encode(tokenizer, CHAT_PROMPTS[: args.prompts])
         for batch in args.batches:
@@ -92,7 +105,7 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    result = {"date": stamp, "commit": measured_commit, "machine": machine(), "threads": 1, "prompts": args.prompts,
+    result = {"date": stamp, "commit": measured_commit, "machine": describe(), "threads": 1, "prompts": args.prompts,
               "max_new_tokens": args.max_new_tokens, "rows": rows}
     with open(args.out, "w") as file:
         json.dump(result, file, indent=1)

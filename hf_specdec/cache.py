@@ -220,6 +220,9 @@ class CachedModel:
         if self.feed is not None and self.feed.seq2seq:  # an encoder-decoder model's decoder_position_ids
             self._positions = self.feed.feeds_positions
         self.num_forwards = 0
+        # A drafter running this model's first layers on this cache (`SharedPrefix`), whose columns the next forward
+        # takes from layer k on; None for every other drafter.
+        self.prefix: SharedPrefix | None = None
         # A reduced head (FR-Spec): logits only for `vocab_subset`, -inf elsewhere.
         self.vocab_subset = None
         if vocab_subset is not None:
@@ -252,8 +255,12 @@ class CachedModel:
         The chunk is as wide as the most uncached tokens a row has before its anchor (at least `num_logits`);
         a caller that knows no row has more than `width` tells it, which saves a sync.
         """
-        self._no_pending_tree()
         anchors = ends if anchors is None else anchors
+        if self.prefix is not None and self.prefix.pending:
+            if feature_layers or column_inputs:
+                raise ValueError("a forward after a shared-prefix draft takes no feature_layers or column_inputs.")
+            return self.prefix.verify(sequences, pad_lens, ends, num_logits, anchors), None
+        self._no_pending_tree()
         start = pad_lens + self.num_cached  # [batch] first uncached index per row
         width = max(int((anchors - start).max()) if width is None else width, num_logits)
         if width == 1:  # one token per row (every plain step): fewer tensor ops
@@ -296,9 +303,9 @@ class CachedModel:
             features = TargetFeatures(hidden=hidden.to(self.device), index=index, positions=positions, fed=chunk_valid)
         return logits, features
 
-    def _run(self, inputs: dict, num_logits: int):
-        """One forward of the model on prepared inputs: (logits of the last `num_logits` chunk columns,
-        [batch, n, vocab] float32 on the loop's device; the model's outputs)."""
+    def _run(self, inputs: dict, num_logits: int, model: PreTrainedModel | None = None):
+        """One forward of the model (or of `model`, a view of it) on prepared inputs: (logits of the last
+        `num_logits` chunk columns, [batch, n, vocab] float32 on the loop's device; the model's outputs)."""
         self.num_forwards += 1
         if self.feed is not None:
             inputs = self.feed.inputs(inputs)
@@ -312,7 +319,7 @@ class CachedModel:
             else:
                 if self._logits_to_keep:
                     inputs["logits_to_keep"] = num_logits
-                outputs = self.model(**inputs)
+                outputs = (self.model if model is None else model)(**inputs)
                 logits = outputs.logits
                 if logits.shape[1] != num_logits:
                     logits = logits[:, -num_logits:]
@@ -542,6 +549,7 @@ class CachedModel:
         tokens (as in `forward`), `node_inputs` for the nodes. With `feature_layers` (as in `forward`) the
         return value is (logits, TreeColumns) with those hidden states for every fed column.
         """
+        self._no_pending_prefix()
         batch, num_nodes = tree.tokens.shape
         if feed is None:
             feed = torch.where(tree.valid[:, 1:], torch.arange(1, num_nodes, device=self.device), -1)
@@ -629,6 +637,197 @@ class CachedModel:
         self.valid = torch.cat([self.valid[:, :start], tail.gather(1, order)], dim=1)
         self.positions = torch.cat([self.positions[:, :start], self.positions[:, start:].gather(1, order)], dim=1)
 
+    def _no_pending_prefix(self) -> None:
+        if self.prefix is not None and self.prefix.pending:
+            raise RuntimeError("a drafter fed this cache's first layers: the next forward must be a chain's (forward()).")
+
     def _no_pending_tree(self) -> None:
+        self._no_pending_prefix()
         if self._tree is not None:
             raise RuntimeError("a draft tree was fed and not resolved: call keep_paths() after forward_tree().")
+
+
+# One cache for the target and a drafter running its first k decoder layers (`hf_specdec.EarlyExit`): the drafter
+# writes those layers' keys and values into the target's own cache and keeps each column's state after layer k - 1;
+# the verification forward runs layers 0..k-1 only for the columns the drafter did not feed.
+
+#: What a decoder layer may be called with for `SharedPrefix` to run it on a chunk's last columns alone: each is
+#: either laid out along the chunk in a known way (and sliced) or not a tensor.
+LAYER_INPUTS = ("hidden_states", "attention_mask", "position_ids", "past_key_values", "layer_past", "use_cache",
+                "output_attentions", "position_embeddings", "cache_position")
+
+
+def prefix_refusal(model: PreTrainedModel, layers) -> str | None:
+    """Why a drafter running `model`'s decoder `layers` (its first k) cannot share `model`'s cache with the
+    verification (`SharedPrefix`), or None where it can; asked of the model's class and config, never of a list of
+    names. It needs: 4D masks given as is (eager or sdpa attention, masks from transformers' builders, explicit
+    position_ids), no encoder, and layers whose inputs `LAYER_INPUTS` names (hidden states first)."""
+    implementation = model.config._attn_implementation
+    if implementation not in ("eager", "sdpa"):
+        return f"attn_implementation={implementation!r} takes no 4D masks"
+    if seq2seq.feed_for(model) is not None:
+        return "its decoder attends to an encoder"
+    if "position_ids" not in forward_parameters(model) or not feeds_positions(model):
+        return "it is not fed position_ids"
+    if not _builds_masks(model, MASK_BUILDERS):
+        return "it builds its attention masks itself, so it takes no ready 4D mask"
+    for layer in layers:
+        named = [name for name, parameter in forward_parameters(layer).items()
+                 if parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        if not named or named[0] != "hidden_states" or set(named) - set(LAYER_INPUTS):
+            return f"its decoder layers ({type(layer).__name__}) take inputs ({', '.join(named)}) not laid out as known"
+    return None
+
+
+class _SharedLayer(torch.nn.Module):
+    """One of the target's decoder layers inside a view (the same module, so the same cache layer); attributes the
+    decoder reads of its layers (`attention_type`) read through to it."""
+
+    def __init__(self, layer: torch.nn.Module, prefix: "SharedPrefix"):
+        super().__init__()
+        self.layer = layer
+        self.prefix = prefix
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["layer"], name)
+
+
+class _Recorded(_SharedLayer):
+    """The drafter's last layer (k - 1): keeps its output, the state the target's layer k reads."""
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        out = self.layer(hidden_states, *args, **kwargs)
+        self.prefix.states.append(out if isinstance(out, torch.Tensor) else out[0])  # [batch, chunk, hidden]
+        return out
+
+
+class _FreshOnly(_SharedLayer):
+    """Layer i < k in the verification: runs on the chunk's last `prefix.fresh` columns only (the tokens the drafter
+    did not feed); layer k - 1 (`last`) puts the drafter's kept states back in front of them, the other layers pass
+    the columns before through untouched (they are replaced there)."""
+
+    def __init__(self, layer: torch.nn.Module, prefix: "SharedPrefix", last: bool):
+        super().__init__(layer, prefix)
+        self.last = last
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        fresh = self.prefix.fresh
+        before = self.prefix.kept if self.last else hidden_states[:, : hidden_states.shape[1] - fresh]
+        if not fresh:
+            return before
+        kwargs.update(zip(list(forward_parameters(self.layer))[1:], args))  # every input by name
+        inputs = {name: _last_columns(name, value, hidden_states.shape[1], fresh) for name, value in kwargs.items()}
+        out = self.layer(hidden_states[:, -fresh:], **inputs)
+        merged = torch.cat([before, out if isinstance(out, torch.Tensor) else out[0]], dim=1)  # [batch, chunk, hidden]
+        return merged if isinstance(out, torch.Tensor) else (merged, *out[1:])
+
+
+#: Where each input of `LAYER_INPUTS` that is laid out along the chunk has its queries (a dimension from the end).
+_QUERY_DIMS = {"attention_mask": -2, "position_ids": -1, "cache_position": -1, "position_embeddings": -2}
+
+
+def _last_columns(name: str, value, chunk: int, fresh: int):
+    """A decoder layer's input `name` cut to the chunk's last `fresh` of its `chunk` queries: masks [batch, 1, queries,
+    keys] (one, or one per layer type), position ids [batch, queries], rotary embeddings [batch, queries, dim] (one,
+    or a (cos, sin) pair). Anything else laid out along the chunk is an error, never a guess."""
+    if isinstance(value, dict) and name == "attention_mask":
+        return {kind: _last_columns(name, mask, chunk, fresh) for kind, mask in value.items()}
+    if isinstance(value, (tuple, list)) and name == "position_embeddings":
+        return tuple(_last_columns(name, part, chunk, fresh) for part in value)
+    if not isinstance(value, torch.Tensor) or name in ("past_key_values", "layer_past"):
+        return value
+    dim = _QUERY_DIMS.get(name)
+    if dim is None or value.dim() < -dim or value.shape[dim] != chunk:
+        raise RuntimeError(f"a decoder layer was given {name!r} of shape {tuple(value.shape)}, not laid out along its "
+                           f"{chunk} tokens as hf_specdec.cache.SharedPrefix expects.")
+    return value.narrow(dim, chunk - fresh, fresh)
+
+
+class SharedPrefix:
+    """A drafter running `target`'s first k decoder layers on the target's own cache: one cache, not two.
+
+    `drafter` is a CachedModel over a view of the first k layers (the last one recording its output), the target's
+    final norm and head, whose cache is the target's: its forwards add columns to cache layers 0..k-1 only, after the
+    target's columns, and keep each column's state after layer k - 1 (`states`). The target's next `forward` (the
+    verification) then feeds those columns again as its chunk's first ones, at the same cache columns, through a view
+    whose layers 0..k-1 run only on the chunk's last columns (the tokens the drafter did not feed: a chain's last
+    draft) and whose layer k - 1 hands on the kept states; layers k.. run on the whole chunk. Every layer then holds
+    the same columns again, so the target's rollback and compaction cover both. Build it with `share_prefix`.
+    """
+
+    def __init__(self, target: CachedModel, layers: list, num_layers: int, view, batch_size: int):
+        self.target = target
+        self.states: list[torch.Tensor] = []  # [batch, chunk, hidden] per drafter forward since the last verification
+        self.fresh = 0  # the verification's columns that layers 0..k-1 run on
+        self.kept: torch.Tensor | None = None  # [batch, pending, hidden] during the verification
+        first = [*layers[: num_layers - 1], _Recorded(layers[num_layers - 1], self)]
+        self.drafter = CachedModel(view(first), batch_size, target.device)
+        self.drafter.cache = target.cache
+        fresh_only = [_FreshOnly(layer, self, last=i == num_layers - 1) for i, layer in enumerate(layers[:num_layers])]
+        self.verify_view = view([*fresh_only, *layers[num_layers:]])
+
+    @property
+    def pending(self) -> bool:
+        """The drafter fed columns the target has not taken yet."""
+        return bool(self.states)
+
+    def begin(self) -> None:
+        """Before a draft: the drafter's columns are the target's (after its rollback or compaction)."""
+        target, drafter = self.target, self.drafter
+        drafter.valid, drafter.positions, drafter.num_cached = target.valid, target.positions, target.num_cached
+        self.states = []
+
+    @torch.no_grad()
+    def verify(self, sequences: torch.Tensor, pad_lens: torch.Tensor, ends: torch.Tensor, num_logits: int,
+               anchors: torch.Tensor) -> torch.Tensor:
+        """The target's `forward` after a draft: feeds the drafter's columns from layer k on and each row's tokens up
+        to `ends` it did not feed through every layer; [batch, num_logits, vocab] logits at buffer indices
+        `anchors - num_logits ... anchors - 1` as `CachedModel.forward` returns them (junk where a row fed none)."""
+        target, drafter = self.target, self.drafter
+        device = target.device
+        width = target.valid.shape[1]
+        start = pad_lens + drafter.num_cached  # [batch] first index the drafter did not feed
+        fresh = max(int((ends - start).max()), 0)
+        fresh_index = ends[:, None] - fresh + torch.arange(fresh, device=device)  # [batch, fresh]
+        fresh_valid = fresh_index >= start[:, None]
+        fresh_positions = (drafter.num_cached[:, None] + fresh_valid.long().cumsum(dim=1) - 1).clamp_min(0)
+        chunk_valid = torch.cat([drafter.valid[:, width:], fresh_valid], dim=1)  # [batch, chunk]
+        positions = torch.cat([drafter.positions[:, width:], fresh_positions], dim=1)
+        index = (pad_lens[:, None] + positions).clamp(max=sequences.shape[1] - 1)  # [batch, chunk] buffer index
+        target.valid = torch.cat([target.valid, chunk_valid], dim=1)
+        target.positions = torch.cat([target.positions, positions], dim=1)
+        target.num_cached = target.num_cached + chunk_valid.sum(dim=1)
+        # Each wanted logit's chunk column; logits are computed from the first one any row wants.
+        wanted = anchors[:, None] - num_logits + torch.arange(num_logits, device=device)  # [batch, num_logits]
+        match = (index[:, None, :] == wanted[:, :, None]) & chunk_valid[:, None, :]  # [batch, num_logits, chunk]
+        columns = torch.where(match.any(dim=2), match.long().argmax(dim=2), chunk_valid.shape[1] - 1)
+        first = int(columns.min())
+        inputs = {
+            "input_ids": sequences.gather(1, index).to(target.model_device),
+            "attention_mask": target._position_masks(chunk_valid, positions),
+            "position_ids": positions.to(target.model_device),
+            target._cache_kwarg: target.cache,
+            "use_cache": True,
+        }
+        self.fresh, self.kept = fresh, torch.cat(self.states, dim=1).to(target.model_device)
+        try:
+            logits, _ = target._run(inputs, chunk_valid.shape[1] - first, model=self.verify_view)
+        finally:
+            self.states, self.kept, self.fresh = [], None, 0
+        return logits.gather(1, (columns - first)[:, :, None].expand(-1, -1, logits.shape[2]))
+
+
+def share_prefix(target: CachedModel, layers: list, num_layers: int, view) -> SharedPrefix | None:
+    """A `SharedPrefix` of `target`'s first `num_layers` decoder `layers` (its whole list), registered with `target`,
+    or None where the cache cannot be shared (`prefix_refusal`, an encoder, a reduced head, one already shared).
+    `view(layers)` makes a model running `target.model` with that list of decoder layers (and the same norm, head,
+    embeddings and rotary embeddings)."""
+    if target.prefix is not None or target.feed is not None or target.vocab_subset is not None or not target._positions:
+        return None
+    if prefix_refusal(target.model, layers[:num_layers]) is not None:
+        return None
+    target.prefix = SharedPrefix(target, layers, num_layers, view, target.valid.shape[0])
+    return target.prefix

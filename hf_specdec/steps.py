@@ -62,7 +62,7 @@ def chain_step(call: Call, sequences, pad_lens, lens, active, left: int, num_dra
     drafted_at = time.perf_counter()
     if num_draft is not None:
         ctx = DraftContext(sequences, pad_lens, lens, active, call.vocab_size, call.do_sample, call.generator,
-                           call.process, call.min_confidence)
+                           call.process, call.min_confidence, call.target)
         draft = call.drafting.propose(ctx, num_draft)
         num_drafted = torch.minimum(draft.num_drafted, num_draft)  # [batch]
         # Verify only as many columns as some row drafted: a drafter may return a wider tensor (prompt lookup finding

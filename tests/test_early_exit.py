@@ -107,8 +107,13 @@ def test_sampling_keeps_the_target_distribution():
     with torch.no_grad():
         target.lm_head.weight.mul_(0.15)
     target.generation_config.eos_token_id = None
-    _, _, stats = padded_pair_fits(target, hf_specdec.EarlyExit(1), 3, 4000)
+    counts, hooks = columns_per_layer(target, (0, 1))
+    try:
+        _, _, stats = padded_pair_fits(target, hf_specdec.EarlyExit(1), 3, 4000)
+    finally:
+        hooks.remove()
     assert 0.05 < stats.acceptance_rate < 0.95
+    assert counts[0] == counts[1]  # with one cache: the verification recomputed no drafted column
 
 
 def test_one_description_serves_two_targets_in_two_threads():
@@ -169,3 +174,114 @@ def test_layers_that_need_the_others_are_refused_before_any_forward(model_type, 
     with pytest.raises(hf_specdec.EarlyExitError, match=reason):
         greedy(model, input_ids, mask, drafter=hf_specdec.EarlyExit(1), gamma=3)
     assert not calls
+
+
+def columns_per_layer(model, indices):
+    """{i: token columns decoder layer i ran on}, counted by forward pre-hooks until `.remove()` (returned second)."""
+    from hf_specdec.drafters.early_exit import decoder_layers
+
+    counts = {index: 0 for index in indices}
+    _, decoder, name = decoder_layers(model)
+    layers = getattr(decoder, name)
+    hooks = [layers[index].register_forward_pre_hook(
+        lambda module, args, index=index: counts.__setitem__(index, counts[index] + args[0].shape[1]))
+        for index in indices]
+
+    class Handles:
+        @staticmethod
+        def remove():
+            for hook in hooks:
+                hook.remove()
+
+    return counts, Handles
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("gamma", [3, hf_specdec.DraftPolicy(max_gamma=4, min_confidence=0.5)])
+def test_verification_does_not_recompute_the_drafted_layers(arch, batch, gamma):
+    # One cache: layers 0..k-1 run on every column once (in a draft, or in the verification for a row's last draft),
+    # so on as many columns as layer k; recomputing the drafted columns would run them on about twice as many.
+    # The confidence stop makes rows of a batch draft different numbers of tokens; without EOS every row runs 24 tokens.
+    model = tiny_models.BUILDERS[arch](seed=0, layers=4)
+    model.generation_config.eos_token_id = None
+    input_ids, mask = tiny_models.prompts(batch, seed=2)
+    plain = greedy(model, input_ids, mask)
+    for k in (1, 3):
+        counts, hooks = columns_per_layer(model, sorted({0, k - 1, k}))
+        stats = hf_specdec.SpeculativeStats()
+        try:
+            out = greedy(model, input_ids, mask, drafter=hf_specdec.EarlyExit(k), gamma=gamma, stats=stats)
+        finally:
+            hooks.remove()
+        assert torch.equal(out, plain), k
+        assert 0 < stats.acceptance_rate < 1, k  # drafts were made, some rejected
+        assert counts[0] == counts[k - 1] == counts[k], (k, counts)
+
+
+def test_where_the_cache_cannot_be_shared_the_draft_keeps_its_own():
+    # GPT-2's blocks take encoder inputs whose layout along the tokens is not known, and it builds its own masks: the
+    # drafter keeps a cache of its own and the verification runs every layer on every column (still exact).
+    from hf_specdec.cache import prefix_refusal
+
+    model = tiny_models.gpt2(seed=0, layers=4)
+    assert "not laid out as known" in prefix_refusal(model, list(model.transformer.h[:2]))
+    input_ids, mask = tiny_models.prompts(3, seed=2)
+    counts = {0: 0, 2: 0}
+    hooks = [model.transformer.h[i].register_forward_pre_hook(
+        lambda module, args, i=i: counts.__setitem__(i, counts[i] + args[0].shape[1])) for i in counts]
+    try:
+        out = greedy(model, input_ids, mask, drafter=hf_specdec.EarlyExit(2), gamma=3)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert torch.equal(out, greedy(model, input_ids, mask))
+    assert counts[0] > counts[2]
+
+
+@pytest.mark.parametrize("model_type", [name for name in tiny_models.WINDOWED if name != "llama4_text"])
+def test_windowed_models_share_the_cache_exactly(model_type):
+    # Sliding-window layers get one mask per layer type; rows run past the window of 8. (EarlyExit refuses Llama 4:
+    # its get_decoder() holds no list of its layers.)
+    model = tiny_models.windowed(model_type, 8)
+    input_ids, mask = tiny_models.prompts(3, seed=5, min_len=3, max_len=10)
+    counts, hooks = columns_per_layer(model, (0, 1))
+    try:
+        out = model.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=40,
+                             drafter=hf_specdec.EarlyExit(1), gamma=3)
+    finally:
+        hooks.remove()
+    assert torch.equal(out, model.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=40))
+    assert counts[0] == counts[1]
+
+
+def test_a_shared_verification_scores_what_a_whole_forward_scores():
+    # The drafter feeds the prompts and some rows' next token through the first 2 layers; the target's next forward
+    # takes those columns from layer 2 on and feeds the rest. Its logits at every index a row fed equal those of a
+    # forward of every layer over the same tokens, and its cache then serves the next step as that forward's does.
+    from hf_specdec.cache import CachedModel, share_prefix
+    from hf_specdec.drafters.early_exit import _view, decoder_layers
+
+    model = tiny_models.llama(seed=0, layers=4)
+    input_ids, mask = tiny_models.prompts(3, seed=2)
+    pad_lens = (mask == 0).sum(dim=1)
+    lens = torch.full_like(pad_lens, input_ids.shape[1])
+    sequences = torch.cat([input_ids, torch.randint(3, 90, (3, 4), generator=torch.Generator().manual_seed(0))], dim=1)
+    _, decoder, name = decoder_layers(model)
+    shared, whole = CachedModel(model, 3, torch.device("cpu")), CachedModel(model, 3, torch.device("cpu"))
+    prefix = share_prefix(shared, list(getattr(decoder, name)), 2, lambda layers: _view(model, layers))
+    assert prefix is not None
+    prefix.begin()
+    drafted = torch.tensor([2, 1, 0])  # row 0 feeds its next token to the drafter, row 1 none beyond the prompt
+    prefix.drafter.forward(sequences, pad_lens, lens, 1)
+    prefix.drafter.forward(sequences, pad_lens, torch.where(drafted > 1, lens + 1, lens), 1, lens + 1)
+    ends, anchors, num_logits = lens + drafted, lens + 2, 5
+    got, _ = shared.forward(sequences, pad_lens, ends, num_logits, anchors=anchors)
+    expected, _ = whole.forward(sequences, pad_lens, ends, num_logits, anchors=anchors)
+    fed = (anchors[:, None] - num_logits + torch.arange(num_logits)) < ends[:, None]  # [batch, num_logits]
+    torch.testing.assert_close(got[fed], expected[fed])
+    assert torch.equal(shared.num_cached, whole.num_cached) and not prefix.pending
+    next_ends = ends + 2
+    got, _ = shared.forward(sequences, pad_lens, next_ends, 2)
+    expected, _ = whole.forward(sequences, pad_lens, next_ends, 2)
+    torch.testing.assert_close(got, expected)

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from hf_specdec.cache import TargetFeatures  # noqa: F401  (part of the drafter interface)
+from hf_specdec.cache import CachedModel, TargetFeatures  # noqa: F401  (TargetFeatures: part of the drafter interface)
 from hf_specdec.errors import DrafterLoadError
 
 
@@ -29,6 +29,8 @@ class DraftContext:
     generate()'s logits processors to raw drafter logits of the selected rows, as plain generate()
     would at those lengths. `min_confidence` is the draft policy's confidence stop: a drafter that
     scores its proposals stops a row after a token it gave lower probability (others ignore it).
+    `target` is the call's target and its cache when a chain is drafted, for a drafter that runs the target's
+    own first layers on it (`hf_specdec.cache.SharedPrefix`); others ignore it.
     """
 
     sequences: torch.Tensor  # [batch, buffer] long
@@ -40,6 +42,7 @@ class DraftContext:
     generator: torch.Generator | None
     process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
     min_confidence: float = 0.0
+    target: CachedModel | None = None
 
 
 @dataclass

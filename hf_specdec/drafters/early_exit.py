@@ -2,8 +2,9 @@
 
 Contract: `EarlyExit(k)` holds only k. Each call views the target through `early_exit_view`: a model object
 that shares every weight with the target (no copy) but runs k of its decoder layers, with its own config copy,
-so the target and other threads never see a changed config. The view drafts like any causal-LM drafter
-(its own k-layer cache per call, chains and trees).
+so the target and other threads never see a changed config. Where the target allows (`cache.prefix_refusal`),
+chains draft on the target's own cache and the verification skips layers 0..k-1 for the drafted tokens
+(`cache.SharedPrefix`); elsewhere, and for trees, the view drafts like any causal-LM drafter with its own k-layer cache.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from hf_specdec.cache import CachedModel
-from hf_specdec.drafters.base import Drafter
+from hf_specdec.cache import CachedModel, SharedPrefix, prefix_refusal, share_prefix
+from hf_specdec.drafters.base import Draft, DraftContext, Drafter
 from hf_specdec.drafters.model import ModelDraftSession
 from hf_specdec.errors import EarlyExitError
 
@@ -42,8 +43,49 @@ class EarlyExit(Drafter):
         early_exit_view(target, self.num_layers)  # raises EarlyExitError for a k or a model it cannot serve
         return target.config.get_text_config().vocab_size
 
-    def start(self, target, batch_size: int, device: torch.device) -> ModelDraftSession:
-        return ModelDraftSession(CachedModel(early_exit_view(target, self.num_layers), batch_size, device))
+    def start(self, target, batch_size: int, device: torch.device) -> "EarlyExitDrafting":
+        return EarlyExitDrafting(CachedModel(early_exit_view(target, self.num_layers), batch_size, device), target,
+                                self.num_layers)
+
+
+class EarlyExitDrafting(ModelDraftSession):
+    """One call's drafting with the target's first k layers. Chains draft on the target's own cache where it allows
+    (`SharedPrefix`, taken at the first chain from `DraftContext.target`): the drafts' keys and values in layers
+    0..k-1 are the target's, and its verification runs those layers only for each row's last draft. Trees and the
+    prompt's scores (`score_prompt`) use a k-layer cache of the drafter's own, as any drafter model does."""
+
+    def __init__(self, cached: CachedModel, target, num_layers: int):
+        super().__init__(cached)
+        self.target = target
+        self.num_layers = num_layers
+        _, decoder, layers_name = decoder_layers(target)
+        self.layers = list(getattr(decoder, layers_name))
+        # Asked of the target's class and config when the call starts, before any forward.
+        self.shares = prefix_refusal(target, self.layers[:num_layers]) is None
+        self.prefix: SharedPrefix | None = None
+        self.feeding = cached  # the CachedModel this draft's forwards go to
+
+    @property
+    def num_forwards(self) -> int:
+        return self.cached.num_forwards + (self.prefix.drafter.num_forwards if self.prefix is not None else 0)
+
+    def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
+        if self.prefix is None and self.shares and ctx.target is not None and ctx.target.model is self.target:
+            self.prefix = share_prefix(ctx.target, self.layers, self.num_layers, lambda layers: _view(self.target, layers))
+            self.shares = self.prefix is not None
+        if self.prefix is None:
+            return super().propose(ctx, num_tokens)
+        self.prefix.begin()
+        self.feeding = self.prefix.drafter
+        try:
+            return super().propose(ctx, num_tokens)
+        finally:
+            self.feeding = self.cached
+            self.proposed = False  # the drafter's own cache holds nothing of this draft; the target's rollback drops it
+
+    def _draft_logits(self, ctx: DraftContext, rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        logits, _ = self.feeding.forward(ctx.sequences, ctx.pad_lens, torch.where(rows, at, ctx.lens), 1, at)
+        return logits
 
 
 def decoder_layers(model: PreTrainedModel) -> tuple[str, nn.Module, str]:
@@ -89,11 +131,19 @@ def early_exit_view(model: PreTrainedModel, num_layers: int) -> PreTrainedModel:
             f"decoder layers (all {total} would draft with the target itself); pick a smaller k, e.g. "
             f"EarlyExit({max(1, total // 4)})."
         )
+    return _view(model, list(getattr(decoder, layers_name))[:num_layers])
+
+
+def _view(model: PreTrainedModel, layers: list[nn.Module]) -> PreTrainedModel:
+    """`model` running the decoder `layers` (its own, or modules wrapping them, in order) instead of its own list: shallow
+    copies from the root down to the decoder, and a config copy whose `num_hidden_layers` (and `layer_types`) count
+    `layers`."""
+    path, decoder, layers_name = decoder_layers(model)
     config = copy.deepcopy(model.config)
     text_config = config.get_text_config(decoder=True)
-    text_config.num_hidden_layers = num_layers
+    text_config.num_hidden_layers = len(layers)
     if getattr(text_config, "layer_types", None) is not None:
-        text_config.layer_types = list(text_config.layer_types)[:num_layers]
+        text_config.layer_types = list(text_config.layer_types)[: len(layers)]
     originals = {id(model.config): config, id(model.config.get_text_config(decoder=True)): text_config}
 
     def shallow(module: nn.Module) -> nn.Module:
@@ -111,5 +161,5 @@ def early_exit_view(model: PreTrainedModel, num_layers: int) -> PreTrainedModel:
         parent._modules[part] = child
         parent = child
     decoder_view = parent if path else view
-    decoder_view._modules[layers_name] = nn.ModuleList(list(getattr(decoder, layers_name))[:num_layers])
+    decoder_view._modules[layers_name] = nn.ModuleList(layers)
     return view
