@@ -152,7 +152,16 @@ class DecoderFeed:
         self.cache = EncoderDecoderCache(self.self_attention, DynamicCache())
         self._mask_kwarg = "encoder_attention_mask" if "encoder_attention_mask" in parameters else None
         self._hidden_kwarg = "encoder_outputs" if "encoder_outputs" in parameters else "encoder_hidden_states"
-        self.feeds_positions = self.seq2seq and "decoder_position_ids" in parameters
+        # Each row's positions, where the decoder takes them: an encoder-decoder model's decoder_position_ids, or a
+        # reader's position_ids handed on to its decoder (distil-whisper's WhisperForCausalLM takes **kwargs). A
+        # decoder placing tokens by its cache's length counts the holes rows of a batch leave after rollbacks.
+        if self.seq2seq:
+            self.feeds_positions = "decoder_position_ids" in parameters
+        else:
+            self.feeds_positions = "position_ids" in parameters or (
+                any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+                and "position_ids" in compat.forward_parameters(model.get_decoder())
+            )
 
     def inputs(self, inputs: dict) -> dict:
         """The model's inputs for a forward that CachedModel prepared as a causal LM's."""
