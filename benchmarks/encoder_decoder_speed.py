@@ -19,7 +19,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -63,9 +62,18 @@ def whisper_pair(share: float):
     _quiet_late_layers(target.model.decoder.layers, share)
     draft_config = copy.deepcopy(config)
     draft_config.decoder_layers, draft_config.is_encoder_decoder = DRAFT_LAYERS, False
-    drafter = WhisperForCausalLM(draft_config).eval()
-    state = {k: v for k, v in target.state_dict().items() if k.startswith("model.decoder.")}
-    drafter.load_state_dict({**state, "proj_out.weight": target.proj_out.weight}, strict=False)
+    small = copy.deepcopy(draft_config)  # built small, its modules then replaced by the target's: no RAM spent
+    small.vocab_size, small.d_model, small.decoder_ffn_dim, small.pad_token_id = 8, config.decoder_attention_heads, 8, 0
+    drafter = WhisperForCausalLM(small).eval()
+    for module in drafter.modules():
+        if getattr(module, "config", None) is small:
+            module.config = draft_config
+    # The target's own modules (shared, not copied: the same weights, and packed once with --pack-linears).
+    decoder, source = drafter.model.decoder, target.model.decoder
+    decoder.embed_tokens, decoder.embed_positions, decoder.layer_norm = (
+        source.embed_tokens, source.embed_positions, source.layer_norm)
+    decoder.layers = torch.nn.ModuleList(source.layers[:DRAFT_LAYERS])
+    drafter.proj_out = target.proj_out
     return target, drafter
 
 
@@ -107,13 +115,6 @@ def _timed(run, repeats: int):
     return out, min(times)
 
 
-def machine() -> str:
-    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "")
-    marks = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return f"{name or platform.processor()} ({', '.join(marks) or 'no bf16 flags'}), {torch.get_num_threads()} thread"
-
-
 def save(path: str, key: str, result: dict) -> None:
     """Writes `result` under `key` of the JSON file at `path` (the other tables' entries stay)."""
     data = json.load(open(path)) if os.path.exists(path) else {}
@@ -135,6 +136,9 @@ def main(argv=None) -> int:
     parser.add_argument("--hf-settings", nargs="*", default=["heuristic", "3", "5"],
                         help="transformers' assisted generation: num_assistant_tokens_schedule 'heuristic', or a "
                              "constant num_assistant_tokens")
+    parser.add_argument("--pack-linears", type=int, default=None, metavar="MIN_ROWS",
+                        help="hf_specdec.pack_linears(target and drafter, min_rows=MIN_ROWS) before every method: "
+                             "oneDNN-packed float32 weights for products of at least MIN_ROWS rows")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -144,6 +148,8 @@ def main(argv=None) -> int:
     target, drafter = (whisper_pair if whisper else bart_pair)(args.share)
     for model in (target, drafter):
         _no_eos(model)
+        if args.pack_linears is not None:
+            hf_specdec.pack_linears(model, min_rows=args.pack_linears)
     rows = []
     for batch in args.batches:
         generator = torch.Generator().manual_seed(batch)
@@ -165,7 +171,12 @@ def main(argv=None) -> int:
             GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma, stats=stats)
             row.update({f"{name}_s": round(ours_s, 3), f"{name}_exact": torch.equal(ours, plain),
                         f"{name}_acceptance": round(stats.acceptance_rate, 3) if stats.drafted.sum() else None,
-                        f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2)})
+                        f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2),
+                        f"{name}_drafted_per_row": stats.drafted.tolist()})
+            if gamma is None:  # what the default decided from: the step costs the loop measured at this setting
+                costs = hf_specdec.costs.costs_for(target, hf_specdec.drafters.ModelDrafter(drafter),
+                                                   torch.device("cpu"), batch, False)
+                row["ours_costs_ms"] = {" ".join(map(str, key)): round(ms, 1) for key, ms in costs.measured().items()}
         if batch == 1:  # transformers' assisted generation runs batch 1 only
             best = None
             for setting in args.hf_settings:
@@ -189,10 +200,12 @@ def main(argv=None) -> int:
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = dict(shape=args.shape, tokens=args.tokens, share=args.share, draft_layers=DRAFT_LAYERS,
-                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit, machine=machine(),
+                  pack_linears=args.pack_linears, command=" ".join(["python", *sys.argv]),
+                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
+                  machine=f"{hf_specdec.cpu.describe()}, {torch.get_num_threads()} thread",
                   transformers=transformers.__version__, torch=torch.__version__, rows=rows)
     if args.out:
-        save(args.out, args.shape, result)
+        save(args.out, args.shape + ("" if args.pack_linears is None else f" packed {args.pack_linears}"), result)
     print(json.dumps(result))
     return 0
 
