@@ -21,6 +21,7 @@ from transformers.utils import ModelOutput
 
 from hf_specdec import compat
 from hf_specdec.errors import UnsupportedModelError
+from hf_specdec.output import SpeculativeDecoderOnlyOutput, SpeculativeEncoderDecoderOutput
 
 _CURRENT: contextvars.ContextVar["Source | None"] = contextvars.ContextVar("hf_specdec_source", default=None)
 
@@ -127,8 +128,16 @@ def decode(model: PreTrainedModel, input_ids: torch.LongTensor, logits_processor
             f"targets only; draft for {type(model).__name__} with a model or prompt lookup."
         )
     with _current(source):
-        return loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,
-                    **kwargs, **loop_kwargs)
+        out = loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,
+                   **kwargs, **loop_kwargs)
+    if not isinstance(out, SpeculativeDecoderOnlyOutput):
+        return out
+    # generate()'s encoder-decoder output type, its encoder fields from the encoder output (None unless asked for,
+    # as in plain generate(); `check_generation_config` refuses asking).
+    return SpeculativeEncoderDecoderOutput(
+        sequences=out.sequences, scores=out.scores, logits=out.logits, speculative_stats=out.speculative_stats,
+        encoder_attentions=source.outputs.get("attentions"), encoder_hidden_states=source.outputs.get("hidden_states"),
+    )
 
 
 #: speculative_decode's own keywords (bound by dispatch); every other keyword is a model kwarg of generate()'s.

@@ -380,3 +380,35 @@ def test_cross_attention_keys_and_values_are_computed_once_per_call(batch):
     assert int(stats.drafted.sum()) > int(stats.accepted.sum()) > 0  # drafts accepted and rejected
     assert sorted(projections, key=lambda p: (id(p[0]), p[1])) == sorted(
         [(target, i) for i in range(3)] + [(reader, 0)], key=lambda p: (id(p[0]), p[1]))
+
+
+@pytest.mark.parametrize("target", ["bart", "whisper"])
+def test_return_dict_in_generate_gives_plain_generates_encoder_decoder_output(target, whisper):
+    """generate()'s encoder-decoder output type and fields (encoder_* included, None unless asked for, as plain
+    generate() leaves them), the same sequences and scores, plus speculative_stats; past_key_values is None, as for
+    decoder-only targets (the loop's cache holds rolled-back columns)."""
+    from transformers.generation.utils import GenerateEncoderDecoderOutput
+
+    if target == "bart":
+        model = tiny_seq2seq.text("bart")
+        kwargs, drafter = _text_kwargs(model), tiny_models.perturbed(model, scale=0.3)
+    else:
+        model, drafter = whisper, tiny_seq2seq.whisper_reader(whisper, layers=1)
+        kwargs = dict(input_features=tiny_seq2seq.audio(2, seed=4), language="en", max_new_tokens=MAX_NEW)
+    kwargs.update(return_dict_in_generate=True, output_scores=True, output_logits=True)
+    plain = model.generate(**kwargs)
+    out = model.generate(**kwargs, drafter=drafter, gamma=3)
+    assert isinstance(plain, GenerateEncoderDecoderOutput)
+    assert isinstance(out, GenerateEncoderDecoderOutput) and isinstance(out, hf_specdec.SpeculativeEncoderDecoderOutput)
+    if target == "bart":  # (Whisper's generate() splits the output by row and rebuilds it from the fields it knows)
+        assert out.speculative_stats is not None and int(out.speculative_stats.drafted.sum()) > 0
+    for name in plain.__dataclass_fields__:
+        if name == "past_key_values":
+            continue
+        mine, theirs = getattr(out, name), getattr(plain, name)
+        if name == "sequences":
+            assert torch.equal(mine, theirs)
+        elif theirs is None:
+            assert mine is None, name
+        else:
+            assert len(mine) == len(theirs) and all(torch.allclose(a, b, atol=1e-4) for a, b in zip(mine, theirs)), name
