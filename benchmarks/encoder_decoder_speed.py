@@ -105,13 +105,18 @@ def _no_eos(model) -> None:
     model.generation_config.begin_suppress_tokens = model.generation_config.suppress_tokens = None
 
 
-def _timed(run, repeats: int):
+#: Each timed call's CPU time over its wall time (1 thread: ~1.0 alone on its core, ~0.5 sharing it), per label.
+CPU_SHARES: dict[str, list[float]] = {}
+
+
+def _timed(run, repeats: int, label: str = ""):
     out = run()  # warm-up (and the default's one-off measurements)
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = run()
         times.append(time.perf_counter() - start)
+        CPU_SHARES.setdefault(label, []).append(round((time.process_time() - cpu) / times[-1], 2))
     return out, min(times)
 
 
@@ -161,16 +166,17 @@ def main(argv=None) -> int:
         else:
             inputs = dict(input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
         common = dict(do_sample=False, max_new_tokens=args.tokens, **inputs)
-        plain, plain_s = _timed(lambda: GenerationMixin.generate(target, **common), args.repeats)
+        CPU_SHARES.clear()
+        plain, plain_s = _timed(lambda: GenerationMixin.generate(target, **common), args.repeats, "plain")
         # The first token: the decoder's prompt and, at the Whisper shape, every layer's cross-attention keys and
         # values over 1500 frames (a large share of a short call); every method pays it alike.
-        _, first_s = _timed(lambda: GenerationMixin.generate(target, **{**common, "max_new_tokens": 1}), args.repeats)
+        _, first_s = _timed(lambda: GenerationMixin.generate(target, **{**common, "max_new_tokens": 1}), args.repeats, "first token")
         row = dict(batch=batch, plain_s=round(plain_s, 3), plain_first_token_s=round(first_s, 3))
         for gamma in [None, *args.gammas]:  # None: hf_specdec's default
             name = "ours" if gamma is None else f"ours_gamma{gamma}"
             stats = hf_specdec.SpeculativeStats()
             ours, ours_s = _timed(lambda: GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma),
-                                  args.repeats)
+                                  args.repeats, name)
             GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma, stats=stats)
             row.update({f"{name}_s": round(ours_s, 3), f"{name}_exact": torch.equal(ours, plain),
                         f"{name}_acceptance": round(stats.acceptance_rate, 3) if stats.drafted.sum() else None,
@@ -191,7 +197,7 @@ def main(argv=None) -> int:
                 drafter.generation_config = copy.deepcopy(config)
                 try:
                     hf, hf_s = _timed(lambda: GenerationMixin.generate(
-                        target, **common, generation_config=config, assistant_model=drafter), args.repeats)
+                        target, **common, generation_config=config, assistant_model=drafter), args.repeats, "hf")
                 except Exception as error:  # noqa: BLE001  (recorded: transformers may not run this pair)
                     row.setdefault("hf_errors", {})[setting] = f"{type(error).__name__}: {str(error)[:200]}"
                     continue
@@ -199,6 +205,7 @@ def main(argv=None) -> int:
                     best = (setting, hf_s, torch.equal(hf, plain))
             if best is not None:
                 row.update(hf_best_setting=best[0], hf_s=round(best[1], 3), hf_exact=best[2])
+        row["cpu_share"] = CPU_SHARES.copy()  # below ~0.9: the core was shared during that call
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
