@@ -19,7 +19,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -63,9 +62,18 @@ def whisper_pair(share: float):
     _quiet_late_layers(target.model.decoder.layers, share)
     draft_config = copy.deepcopy(config)
     draft_config.decoder_layers, draft_config.is_encoder_decoder = DRAFT_LAYERS, False
-    drafter = WhisperForCausalLM(draft_config).eval()
-    state = {k: v for k, v in target.state_dict().items() if k.startswith("model.decoder.")}
-    drafter.load_state_dict({**state, "proj_out.weight": target.proj_out.weight}, strict=False)
+    small = copy.deepcopy(draft_config)  # built small, its modules then replaced by the target's: no RAM spent
+    small.vocab_size, small.d_model, small.decoder_ffn_dim, small.pad_token_id = 8, config.decoder_attention_heads, 8, 0
+    drafter = WhisperForCausalLM(small).eval()
+    for module in drafter.modules():
+        if getattr(module, "config", None) is small:
+            module.config = draft_config
+    # The target's own modules (shared, not copied: the same weights, and packed once with --pack-linears).
+    decoder, source = drafter.model.decoder, target.model.decoder
+    decoder.embed_tokens, decoder.embed_positions, decoder.layer_norm = (
+        source.embed_tokens, source.embed_positions, source.layer_norm)
+    decoder.layers = torch.nn.ModuleList(source.layers[:DRAFT_LAYERS])
+    drafter.proj_out = target.proj_out
     return target, drafter
 
 
@@ -97,21 +105,19 @@ def _no_eos(model) -> None:
     model.generation_config.begin_suppress_tokens = model.generation_config.suppress_tokens = None
 
 
-def _timed(run, repeats: int):
+#: Each timed call's CPU time over its wall time (1 thread: ~1.0 alone on its core, ~0.5 sharing it), per label.
+CPU_SHARES: dict[str, list[float]] = {}
+
+
+def _timed(run, repeats: int, label: str = ""):
     out = run()  # warm-up (and the default's one-off measurements)
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = run()
         times.append(time.perf_counter() - start)
+        CPU_SHARES.setdefault(label, []).append(round((time.process_time() - cpu) / times[-1], 2))
     return out, min(times)
-
-
-def machine() -> str:
-    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-    name = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), "")
-    marks = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return f"{name or platform.processor()} ({', '.join(marks) or 'no bf16 flags'}), {torch.get_num_threads()} thread"
 
 
 def save(path: str, key: str, result: dict) -> None:
@@ -135,6 +141,9 @@ def main(argv=None) -> int:
     parser.add_argument("--hf-settings", nargs="*", default=["heuristic", "3", "5"],
                         help="transformers' assisted generation: num_assistant_tokens_schedule 'heuristic', or a "
                              "constant num_assistant_tokens")
+    parser.add_argument("--pack-linears", type=int, default=None, metavar="MIN_ROWS",
+                        help="hf_specdec.pack_linears(target and drafter, min_rows=MIN_ROWS) before every method: "
+                             "oneDNN-packed float32 weights for products of at least MIN_ROWS rows")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -144,6 +153,8 @@ def main(argv=None) -> int:
     target, drafter = (whisper_pair if whisper else bart_pair)(args.share)
     for model in (target, drafter):
         _no_eos(model)
+        if args.pack_linears is not None:
+            hf_specdec.pack_linears(model, min_rows=args.pack_linears)
     rows = []
     for batch in args.batches:
         generator = torch.Generator().manual_seed(batch)
@@ -155,17 +166,26 @@ def main(argv=None) -> int:
         else:
             inputs = dict(input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
         common = dict(do_sample=False, max_new_tokens=args.tokens, **inputs)
-        plain, plain_s = _timed(lambda: GenerationMixin.generate(target, **common), args.repeats)
-        row = dict(batch=batch, plain_s=round(plain_s, 3))
+        CPU_SHARES.clear()
+        plain, plain_s = _timed(lambda: GenerationMixin.generate(target, **common), args.repeats, "plain")
+        # The first token: the decoder's prompt and, at the Whisper shape, every layer's cross-attention keys and
+        # values over 1500 frames (a large share of a short call); every method pays it alike.
+        _, first_s = _timed(lambda: GenerationMixin.generate(target, **{**common, "max_new_tokens": 1}), args.repeats, "first token")
+        row = dict(batch=batch, plain_s=round(plain_s, 3), plain_first_token_s=round(first_s, 3))
         for gamma in [None, *args.gammas]:  # None: hf_specdec's default
             name = "ours" if gamma is None else f"ours_gamma{gamma}"
             stats = hf_specdec.SpeculativeStats()
             ours, ours_s = _timed(lambda: GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma),
-                                  args.repeats)
+                                  args.repeats, name)
             GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma, stats=stats)
             row.update({f"{name}_s": round(ours_s, 3), f"{name}_exact": torch.equal(ours, plain),
                         f"{name}_acceptance": round(stats.acceptance_rate, 3) if stats.drafted.sum() else None,
-                        f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2)})
+                        f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2),
+                        f"{name}_drafted_per_row": stats.drafted.tolist()})
+            if gamma is None:  # what the default decided from: the step costs the loop measured at this setting
+                costs = hf_specdec.costs.costs_for(target, hf_specdec.drafters.ModelDrafter(drafter),
+                                                   torch.device("cpu"), batch, False)
+                row["ours_costs_ms"] = {" ".join(map(str, key)): round(ms, 1) for key, ms in costs.measured().items()}
         if batch == 1:  # transformers' assisted generation runs batch 1 only
             best = None
             for setting in args.hf_settings:
@@ -177,7 +197,7 @@ def main(argv=None) -> int:
                 drafter.generation_config = copy.deepcopy(config)
                 try:
                     hf, hf_s = _timed(lambda: GenerationMixin.generate(
-                        target, **common, generation_config=config, assistant_model=drafter), args.repeats)
+                        target, **common, generation_config=config, assistant_model=drafter), args.repeats, "hf")
                 except Exception as error:  # noqa: BLE001  (recorded: transformers may not run this pair)
                     row.setdefault("hf_errors", {})[setting] = f"{type(error).__name__}: {str(error)[:200]}"
                     continue
@@ -185,14 +205,17 @@ def main(argv=None) -> int:
                     best = (setting, hf_s, torch.equal(hf, plain))
             if best is not None:
                 row.update(hf_best_setting=best[0], hf_s=round(best[1], 3), hf_exact=best[2])
+        row["cpu_share"] = CPU_SHARES.copy()  # below ~0.9: the core was shared during that call
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = dict(shape=args.shape, tokens=args.tokens, share=args.share, draft_layers=DRAFT_LAYERS,
-                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit, machine=machine(),
+                  pack_linears=args.pack_linears, command=" ".join(["python", *sys.argv]),
+                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
+                  machine=f"{hf_specdec.cpu.describe()}, {torch.get_num_threads()} thread",
                   transformers=transformers.__version__, torch=torch.__version__, rows=rows)
     if args.out:
-        save(args.out, args.shape, result)
+        save(args.out, args.shape + ("" if args.pack_linears is None else f" packed {args.pack_linears}"), result)
     print(json.dumps(result))
     return 0
 

@@ -31,6 +31,7 @@ from hf_specdec.errors import (
 )
 from hf_specdec.loading import load_drafter
 from hf_specdec.loop import SpeculativeDecoderOnlyOutput
+from hf_specdec.output import SpeculativeEncoderDecoderOutput
 from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, HeuristicDraftPolicy, TreeDraftPolicy
 from hf_specdec.stats import SpeculativeStats
 
@@ -77,6 +78,7 @@ __all__ = [
     "PromptLookupDrafter",
     "SpecialTokenMismatchError",
     "SpeculativeDecoderOnlyOutput",
+    "SpeculativeEncoderDecoderOutput",
     "SpeculativeError",
     "SpeculativeStats",
     "TokenizerMismatchError",

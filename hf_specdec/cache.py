@@ -217,8 +217,8 @@ class CachedModel:
         # from generate() makes a model with position embeddings place them itself. A drafter's positions
         # change only its drafts, never the output.
         self._positions = feeds_positions(model) or vocab_subset is not None
-        if self.feed is not None and self.feed.seq2seq:  # an encoder-decoder model's decoder_position_ids
-            self._positions = self.feed.feeds_positions
+        if self.feed is not None:  # a decoder reading an encoder output: where its decoder takes them (DecoderFeed)
+            self._positions = self.feed.feeds_positions or (self._positions and not self.feed.seq2seq)
         self.num_forwards = 0
         # A drafter running this model's first layers on this cache (`SharedPrefix`), whose columns the next forward
         # takes from layer k on; None for every other drafter.

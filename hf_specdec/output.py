@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import GenerationConfig, StoppingCriteriaList
-from transformers.generation.utils import GenerateDecoderOnlyOutput
+from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerateEncoderDecoderOutput
 
 from hf_specdec.processing import check_stopping
 from hf_specdec.stats import SpeculativeStats
@@ -21,6 +21,13 @@ from hf_specdec.stats import SpeculativeStats
 @dataclass
 class SpeculativeDecoderOnlyOutput(GenerateDecoderOnlyOutput):
     """generate()'s output with `return_dict_in_generate=True`, plus `speculative_stats`."""
+
+    speculative_stats: SpeculativeStats | None = None
+
+
+@dataclass
+class SpeculativeEncoderDecoderOutput(GenerateEncoderDecoderOutput):
+    """An encoder-decoder target's generate() output with `return_dict_in_generate=True`, plus `speculative_stats`."""
 
     speculative_stats: SpeculativeStats | None = None
 

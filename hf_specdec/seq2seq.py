@@ -21,6 +21,7 @@ from transformers.utils import ModelOutput
 
 from hf_specdec import compat
 from hf_specdec.errors import UnsupportedModelError
+from hf_specdec.output import SpeculativeDecoderOnlyOutput, SpeculativeEncoderDecoderOutput
 
 _CURRENT: contextvars.ContextVar["Source | None"] = contextvars.ContextVar("hf_specdec_source", default=None)
 
@@ -127,8 +128,16 @@ def decode(model: PreTrainedModel, input_ids: torch.LongTensor, logits_processor
             f"targets only; draft for {type(model).__name__} with a model or prompt lookup."
         )
     with _current(source):
-        return loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,
-                    **kwargs, **loop_kwargs)
+        out = loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,
+                   **kwargs, **loop_kwargs)
+    if not isinstance(out, SpeculativeDecoderOnlyOutput):
+        return out
+    # generate()'s encoder-decoder output type, its encoder fields from the encoder output (None unless asked for,
+    # as in plain generate(); `check_generation_config` refuses asking).
+    return SpeculativeEncoderDecoderOutput(
+        sequences=out.sequences, scores=out.scores, logits=out.logits, speculative_stats=out.speculative_stats,
+        encoder_attentions=source.outputs.get("attentions"), encoder_hidden_states=source.outputs.get("hidden_states"),
+    )
 
 
 #: speculative_decode's own keywords (bound by dispatch); every other keyword is a model kwarg of generate()'s.
@@ -152,7 +161,16 @@ class DecoderFeed:
         self.cache = EncoderDecoderCache(self.self_attention, DynamicCache())
         self._mask_kwarg = "encoder_attention_mask" if "encoder_attention_mask" in parameters else None
         self._hidden_kwarg = "encoder_outputs" if "encoder_outputs" in parameters else "encoder_hidden_states"
-        self.feeds_positions = self.seq2seq and "decoder_position_ids" in parameters
+        # Each row's positions, where the decoder takes them: an encoder-decoder model's decoder_position_ids, or a
+        # reader's position_ids handed on to its decoder (distil-whisper's WhisperForCausalLM takes **kwargs). A
+        # decoder placing tokens by its cache's length counts the holes rows of a batch leave after rollbacks.
+        if self.seq2seq:
+            self.feeds_positions = "decoder_position_ids" in parameters
+        else:
+            self.feeds_positions = "position_ids" in parameters or (
+                any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+                and "position_ids" in compat.forward_parameters(model.get_decoder())
+            )
 
     def inputs(self, inputs: dict) -> dict:
         """The model's inputs for a forward that CachedModel prepared as a causal LM's."""

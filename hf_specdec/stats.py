@@ -8,7 +8,7 @@ derived from the counters, never stored twice.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -53,6 +53,18 @@ class SpeculativeStats:
             accepted_histogram=torch.zeros(batch_size, max_gamma + 1, dtype=torch.long),
             drafted_histogram=torch.zeros(batch_size, max_gamma + 1, dtype=torch.long),
         )
+
+    def __getitem__(self, row: int) -> "SpeculativeStats":
+        """Row `row`'s counters (the forward counts are the calls'): what code splitting generate()'s output by row
+        gets (Whisper's generate() does, and rebuilds the output from the fields it knows, leaving this one out)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["tree_size_histogram"] = self._tree_sizes()
+        return SpeculativeStats(**{name: value[row : row + 1] if isinstance(value, torch.Tensor) else value
+                                   for name, value in values.items()})
+
+    def cpu(self) -> "SpeculativeStats":
+        """Itself: the counters live on the CPU."""
+        return self
 
     def record_step(
         self,

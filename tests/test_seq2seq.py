@@ -342,3 +342,73 @@ def test_whisper_prompt_ids_and_long_form_audio_equal_plain(whisper, options):
     plain = whisper.generate(features, language="en", max_new_tokens=10, **options)
     assert torch.equal(whisper.generate(features, language="en", max_new_tokens=10, drafter=drafter, gamma=3, **options),
                        plain)
+
+
+def test_a_reader_drafts_each_row_of_a_batch_as_it_drafts_that_row_alone():
+    """Rows of a batch accept different numbers of drafts, which leaves holes in the reader's cache; the reader is
+    told each row's positions (its decoder takes them), so a row's drafts, and what it accepts, do not depend on the
+    rows beside it. (Placed by its cache's length, it drafted past the holes and accepted less in batches.)"""
+    target = tiny_seq2seq.quiet_late_layers(tiny_seq2seq.whisper(decoder_layers=3), first=1, share=0.3)
+    reader = tiny_seq2seq.whisper_reader(target, layers=1)
+    features = tiny_seq2seq.audio(4, seed=11)
+    kwargs = dict(language="en", max_new_tokens=MAX_NEW, drafter=reader, gamma=3)
+    batched = hf_specdec.SpeculativeStats()
+    target.generate(features, stats=batched, **kwargs)
+    alone = hf_specdec.SpeculativeStats()
+    for row in range(4):
+        target.generate(features[row : row + 1], stats=alone, **kwargs)
+    assert len(set(batched.accepted.tolist())) > 1, "every row accepted alike: no holes to test"
+    assert torch.equal(batched.drafted, alone.drafted) and torch.equal(batched.accepted, alone.accepted)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_cross_attention_keys_and_values_are_computed_once_per_call(batch):
+    """The source does not change during a call: each decoder layer's cross-attention projects the encoder output once
+    (the target's and the reader's), whatever the drafts, rollbacks and compactions in between."""
+    target = tiny_seq2seq.quiet_late_layers(tiny_seq2seq.whisper(decoder_layers=3), first=1, share=0.3)
+    reader = tiny_seq2seq.whisper_reader(target, layers=1)
+    projections = []
+    handles = [layer.encoder_attn.k_proj.register_forward_hook(lambda *args, model=model, i=i: projections.append((model, i)))
+               for model in (target, reader) for i, layer in enumerate(model.model.decoder.layers)]
+    try:
+        stats = hf_specdec.SpeculativeStats()
+        target.generate(tiny_seq2seq.audio(batch, seed=12), language="en", max_new_tokens=MAX_NEW, drafter=reader,
+                        gamma=3, stats=stats)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert int(stats.drafted.sum()) > int(stats.accepted.sum()) > 0  # drafts accepted and rejected
+    assert sorted(projections, key=lambda p: (id(p[0]), p[1])) == sorted(
+        [(target, i) for i in range(3)] + [(reader, 0)], key=lambda p: (id(p[0]), p[1]))
+
+
+@pytest.mark.parametrize("target", ["bart", "whisper"])
+def test_return_dict_in_generate_gives_plain_generates_encoder_decoder_output(target, whisper):
+    """generate()'s encoder-decoder output type and fields (encoder_* included, None unless asked for, as plain
+    generate() leaves them), the same sequences and scores, plus speculative_stats; past_key_values is None, as for
+    decoder-only targets (the loop's cache holds rolled-back columns)."""
+    from transformers.generation.utils import GenerateEncoderDecoderOutput
+
+    if target == "bart":
+        model = tiny_seq2seq.text("bart")
+        kwargs, drafter = _text_kwargs(model), tiny_models.perturbed(model, scale=0.3)
+    else:
+        model, drafter = whisper, tiny_seq2seq.whisper_reader(whisper, layers=1)
+        kwargs = dict(input_features=tiny_seq2seq.audio(2, seed=4), language="en", max_new_tokens=MAX_NEW)
+    kwargs.update(return_dict_in_generate=True, output_scores=True, output_logits=True)
+    plain = model.generate(**kwargs)
+    out = model.generate(**kwargs, drafter=drafter, gamma=3)
+    assert isinstance(plain, GenerateEncoderDecoderOutput)
+    assert isinstance(out, GenerateEncoderDecoderOutput) and isinstance(out, hf_specdec.SpeculativeEncoderDecoderOutput)
+    if target == "bart":  # (Whisper's generate() splits the output by row and rebuilds it from the fields it knows)
+        assert out.speculative_stats is not None and int(out.speculative_stats.drafted.sum()) > 0
+    for name in plain.__dataclass_fields__:
+        if name == "past_key_values":
+            continue
+        mine, theirs = getattr(out, name), getattr(plain, name)
+        if name == "sequences":
+            assert torch.equal(mine, theirs)
+        elif theirs is None:
+            assert mine is None, name
+        else:
+            assert len(mine) == len(theirs) and all(torch.allclose(a, b, atol=1e-4) for a, b in zip(mine, theirs)), name
