@@ -61,13 +61,13 @@ class StepCosts:
                 elif key[2]:
                     samples = self._samples.setdefault(key, deque(maxlen=SAMPLES))
                     samples.append(ms)
-                    if len(samples) >= TRUSTED:  # until then priced from the others (optimistic): a noisy step or
-                        median[key] = statistics.median(samples)  # two rule nothing out
+                    if len(samples) >= TRUSTED:  # until then priced from the others: one noisy step rules
+                        median[key] = statistics.median(samples)  # nothing out
             self._median = median
 
     def remember(self, accepted: float | None, ranks: tuple) -> None:
         """A finished call's share of first drafts accepted (None: too few drafts to say) and its tree children's
-        fading (hits, trials) by rank, where the next call's start."""
+        fading (hits, trials) by rank: where the setting's next call starts."""
         if not self.pinned:
             with self._lock:  # replaced whole, read without the lock
                 self.accepted = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:]
