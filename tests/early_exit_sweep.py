@@ -35,12 +35,9 @@ def sweep_one(model_type: str) -> str:
     reason = prefix_refusal(model, list(getattr(decoder, name))[:1])
     input_ids, mask = tiny_models.prompts(3, seed=5, min_len=3, max_len=10)
     plain = model.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=16)
-    counts, hooks = columns_per_layer(model, (0, 1))
-    try:
+    with columns_per_layer(model, (0, 1)) as counts:
         out = model.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=16,
                              drafter=hf_specdec.EarlyExit(1), gamma=3)
-    finally:
-        hooks.remove()
     kept = "shared" if counts[0] == counts[1] else f"own cache: {reason}"
     return f"{kept}; exact={torch.equal(out, plain)}"
 

@@ -1,5 +1,6 @@
 """EarlyExit(k): the target's first k layers draft; exact, sharing the target's weights, refused where it cannot run."""
 
+import contextlib
 import threading
 
 import pytest
@@ -107,11 +108,8 @@ def test_sampling_keeps_the_target_distribution():
     with torch.no_grad():
         target.lm_head.weight.mul_(0.15)
     target.generation_config.eos_token_id = None
-    counts, hooks = columns_per_layer(target, (0, 1))
-    try:
+    with columns_per_layer(target, (0, 1)) as counts:
         _, _, stats = padded_pair_fits(target, hf_specdec.EarlyExit(1), 3, 4000)
-    finally:
-        hooks.remove()
     assert 0.05 < stats.acceptance_rate < 0.95
     assert counts[0] == counts[1]  # with one cache: the verification recomputed no drafted column
 
@@ -176,8 +174,9 @@ def test_layers_that_need_the_others_are_refused_before_any_forward(model_type, 
     assert not calls
 
 
+@contextlib.contextmanager
 def columns_per_layer(model, indices):
-    """{i: token columns decoder layer i ran on}, counted by forward pre-hooks until `.remove()` (returned second)."""
+    """Yields {i: token columns decoder layer i ran on}, counted by forward pre-hooks while the block runs."""
     from hf_specdec.drafters.early_exit import decoder_layers
 
     counts = {index: 0 for index in indices}
@@ -186,14 +185,11 @@ def columns_per_layer(model, indices):
     hooks = [layers[index].register_forward_pre_hook(
         lambda module, args, index=index: counts.__setitem__(index, counts[index] + args[0].shape[1]))
         for index in indices]
-
-    class Handles:
-        @staticmethod
-        def remove():
-            for hook in hooks:
-                hook.remove()
-
-    return counts, Handles
+    try:
+        yield counts
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -208,12 +204,9 @@ def test_verification_does_not_recompute_the_drafted_layers(arch, batch, gamma):
     input_ids, mask = tiny_models.prompts(batch, seed=2)
     plain = greedy(model, input_ids, mask)
     for k in (1, 3):
-        counts, hooks = columns_per_layer(model, sorted({0, k - 1, k}))
         stats = hf_specdec.SpeculativeStats()
-        try:
+        with columns_per_layer(model, sorted({0, k - 1, k})) as counts:
             out = greedy(model, input_ids, mask, drafter=hf_specdec.EarlyExit(k), gamma=gamma, stats=stats)
-        finally:
-            hooks.remove()
         assert torch.equal(out, plain), k
         assert 0 < stats.acceptance_rate < 1, k  # drafts were made, some rejected
         assert counts[0] == counts[k - 1] == counts[k], (k, counts)
@@ -245,12 +238,9 @@ def test_windowed_models_share_the_cache_exactly(model_type):
     # its get_decoder() holds no list of its layers.)
     model = tiny_models.windowed(model_type, 8)
     input_ids, mask = tiny_models.prompts(3, seed=5, min_len=3, max_len=10)
-    counts, hooks = columns_per_layer(model, (0, 1))
-    try:
+    with columns_per_layer(model, (0, 1)) as counts:
         out = model.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=40,
                              drafter=hf_specdec.EarlyExit(1), gamma=3)
-    finally:
-        hooks.remove()
     assert torch.equal(out, model.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=40))
     assert counts[0] == counts[1]
 
