@@ -102,9 +102,11 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
     widest = max((key[2] for key in table if key[0] == "verify"), default=0)
     if reach and size > reach * widest:
         return None
+    if kind == "chain":  # (its points are the pooled chain curve already)
+        return _line(points, size)
     chains = _never_cheaper({key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")})
     base = _line(chains, size)
-    if kind == "chain" or base is None:
+    if base is None:
         return base
     offsets = [ms - _line(chains, width) for width, ms in points.items()]
     return base + max(0.0, statistics.median(offsets)) if offsets else base
