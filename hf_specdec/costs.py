@@ -25,14 +25,11 @@ CALLS = 16  # calls whose acceptance a setting remembers
 
 class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
-    for chains (a plain step is a chain of 0) and trees; and what the setting's recent calls accepted (`accepted`,
-    `ranks`: where the next call starts). A size's first step warms its kernels and is no sample; a size is priced
-    by the median of its latest SAMPLES steps from its third on. Unmeasured sizes are priced from measured ones:
-    between two linearly, beyond the widest along the last two, up to twice the widest (exploration grows by
-    doubling; pinned costs: not beyond), a tree's as a chain's of its width plus what measured trees cost more,
-    drafting at the cheapest measured ms per level. `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins
-    costs by hand (a `CostAwareDraftPolicy(costs=...)` then decides the same everywhere), ignoring what calls measure.
-    """
+    for chains (a plain step is a chain of 0) and trees, and what its recent calls accepted (`accepted`, `ranks`). A
+    size's first step warms its kernels and is no sample; a size is priced by the median of its latest SAMPLES steps
+    from its third on, others from the measured ones (`_curve`), up to twice the widest (pinned costs: not beyond).
+    `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand, ignoring what calls measure (a
+    `CostAwareDraftPolicy(costs=...)` then decides the same everywhere)."""
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
         self.pinned = verify_ms is not None  # pinned by hand: `record` and `remember` change nothing
@@ -40,7 +37,7 @@ class StepCosts:
         self._samples: dict[tuple, deque] = {}  # (part, kind, size) -> ms of its latest steps
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
-        self.accepted: tuple[float, ...] = ()  # the setting's recent calls' share of first drafts accepted
+        self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks: tuple = ()  # the last call's (hits, trials) of tree children by rank
         if self.pinned:
             if 1 not in verify_ms:
@@ -65,9 +62,9 @@ class StepCosts:
                         median[key] = statistics.median(samples)  # nothing out
             self._median = median
 
-    def remember(self, accepted: float | None, ranks: tuple) -> None:
-        """A finished call's share of first drafts accepted (None: too few drafts to say) and its tree children's
-        fading (hits, trials) by rank: where the setting's next call starts."""
+    def remember(self, accepted: tuple | None, ranks: tuple) -> None:
+        """A finished call's (hits, trials) of rank-1 drafts by depth (None: too few drafts to say) and its tree
+        children's fading (hits, trials) by rank: where the setting's next call starts."""
         if not self.pinned:
             with self._lock:  # replaced whole, read without the lock
                 self.accepted = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:]
@@ -89,8 +86,9 @@ class StepCosts:
 
 
 def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> float | None:
-    """The `part` cost of `kind` at `size` from the measured points. A tree's verification costs what a chain's of its
-    width does plus the median difference its measured widths showed (nothing measured: no difference)."""
+    """The `part` cost of `kind` at `size` from the measured points: between two linearly, beyond the widest along the
+    last two; drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width plus the
+    median difference its measured widths showed (nothing measured: no difference)."""
     points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
     if part == "verify" and kind == "chain":
         points = _never_cheaper(points)

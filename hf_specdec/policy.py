@@ -212,7 +212,7 @@ class Schedule:
             self.lengths = self.policy.next_lengths(self.lengths, active, num_drafted, num_accepted)
 
     def done(self) -> None:
-        """After the call's last step (the default tells the setting's record how often first drafts were accepted)."""
+        """After the call's last step (the default tells the setting's record what its drafts at each depth accepted)."""
 
     def drafts(self) -> bool:
         """Whether the next step drafts a chain (`lengths` not all 0)."""
@@ -223,11 +223,27 @@ class Schedule:
         return True
 
 
-#: Drafts a row's prior is worth, and the share of its recent evidence kept per step (fading towards its record).
-PRIOR_WEIGHT = 4.0
+#: Drafts a start is worth (at least, and at most where the setting's calls agree), and the share of a row's recent
+#: evidence kept per step (fading towards its record).
+PRIOR_WEIGHT, MAX_WEIGHT = 4.0, 32.0
 DECAY = 0.95
 #: Each row's acceptance when neither the prompt nor the drafter says anything.
 DEFAULT_PRIOR = 0.5
+
+
+def record_evidence(calls, depths: int) -> list[tuple[float, float]]:
+    """[depth] (hits, trials) a setting's recent calls' rank-1 drafts ([call][depth] pairs) are worth to its next call:
+    pooled, and scaled to the drafts their agreement at depth 1 is worth (a beta-binomial prior's strength by moments:
+    calls that differ by chance alone MAX_WEIGHT, calls that differ more fewer; under 4 calls PRIOR_WEIGHT)."""
+    pooled = [tuple(sum(call[depth][i] for call in calls if len(call) > depth) for i in (0, 1)) for depth in range(depths)]
+    if not calls:
+        return pooled
+    share, weight = pooled[0][0] / pooled[0][1], PRIOR_WEIGHT
+    if len(calls) >= 4:
+        chance = share * (1 - share) * statistics.fmean(1 / call[0][1] for call in calls)  # binomial spread alone
+        spread = statistics.fmean((call[0][0] / call[0][1] - share) ** 2 for call in calls) - chance
+        weight = min(MAX_WEIGHT, max(PRIOR_WEIGHT, share * (1 - share) / spread - 1 if spread > 0 else MAX_WEIGHT))
+    return [(hits * weight / pooled[0][1], trials * weight / pooled[0][1]) for hits, trials in pooled]
 
 
 class AdaptiveSchedule(Schedule):
@@ -241,9 +257,8 @@ class AdaptiveSchedule(Schedule):
         self.max_width = max(shape.width for shape in menu)
         self.max_rank = max((shape.top_k for shape in menu), default=1) or 1
         self.declared = prior  # the drafter's own acceptance, if it declares one
-        seen = sorted(costs.accepted)  # the setting's recent calls' shares of first drafts accepted
-        start = statistics.median(seen) if seen else DEFAULT_PRIOR if prior is None else prior
-        self.prior = torch.full((batch_size,), start, dtype=torch.float64)
+        self.record = record_evidence(costs.accepted, self.max_depth)  # [depth] (hits, trials) of recent calls
+        self.prior = torch.full((batch_size,), DEFAULT_PRIOR if prior is None else prior, dtype=torch.float64)
         self.hits = torch.zeros(batch_size, self.max_depth, dtype=torch.float64)  # [batch, depth] fading, rank 1
         self.trials = torch.zeros_like(self.hits)
         self.all_hits, self.all_trials = torch.zeros_like(self.hits), torch.zeros_like(self.hits)  # not decayed
@@ -256,7 +271,7 @@ class AdaptiveSchedule(Schedule):
         self.tree = None
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
-        self.wants_prior = not seen  # a setting's first calls read the prompt; later ones start from the record
+        self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
         """Each row's agreement with the target on its prompt ([batch]; NaN: no evidence) over `positions` tokens, worth
@@ -271,9 +286,10 @@ class AdaptiveSchedule(Schedule):
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
         """[rows][depth] (the `rows` selected, [batch] bool; all by default): each row's estimated acceptance of a
         rank-1 draft at each depth once the ones before it were accepted: its recent drafts (fading with the steps
-        since) over the call's whole record at that depth, itself over the depth before (depth 1: over the row's
-        prior); at depth 1 plus `optimism` times a bonus that grows with the steps since the last draft and shrinks
-        with the drafts made. Plain floats: this runs before every step."""
+        since) over the call's whole record at that depth, itself over the setting's record (`record_evidence`) and the
+        depth before (depth 1: the record alone, or the row's prior without one); at depth 1 plus `optimism` times a
+        bonus that grows with the steps since the last draft and shrinks with the drafts made. Plain floats: this runs
+        before every step."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
         fade, log_streak = DECAY**streak, math.log1p(streak)
@@ -282,10 +298,12 @@ class AdaptiveSchedule(Schedule):
             pick(self.hits).tolist(), pick(self.trials).tolist(), pick(self.all_hits).tolist(),
             pick(self.all_trials).tolist(), pick(self.prior).tolist(),
         ):
-            call, row = prior, []  # the call's whole record (from the prior), then its recent drafts on top
-            for depth in range(self.max_depth):
-                call = (all_hits[depth] + PRIOR_WEIGHT * call) / (all_trials[depth] + PRIOR_WEIGHT)
-                estimate = (fade * hits[depth] + PRIOR_WEIGHT * call) / (fade * trials[depth] + PRIOR_WEIGHT)
+            call, row = prior, []  # the call's whole record over the setting's and a start, recent drafts on top
+            for depth, (record_hits, record_trials) in enumerate(self.record):
+                start = PRIOR_WEIGHT if depth or not record_trials else 0.0  # (depth 1 with a record: the record's)
+                weight = record_trials + start  # the start: the depth before's estimate (depth 1: the row's prior)
+                call = (all_hits[depth] + record_hits + start * call) / (all_trials[depth] + weight)
+                estimate = (fade * hits[depth] + weight * call) / (fade * trials[depth] + weight)
                 if depth == 0:
                     estimate += optimism * math.sqrt(log_streak / (all_trials[0] + PRIOR_WEIGHT))
                 row.append(min(1.0, estimate))
@@ -345,9 +363,9 @@ class AdaptiveSchedule(Schedule):
         return best_shape(self.alphas(optimism, rows), self.ranks(), self.costs.estimate, self.menu, gain)
 
     def done(self) -> None:
-        trials = float(self.all_trials[:, 0].sum())  # a few probes say little: the record keeps what longer calls saw
-        first = float(self.all_hits[:, 0].sum()) / trials if trials >= PRIOR_WEIGHT else None
-        self.costs.remember(first, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())))
+        hits, trials = self.all_hits.sum(dim=0).tolist(), self.all_trials.sum(dim=0).tolist()  # [depth] over rows
+        depths = tuple(zip(hits, trials)) if trials[0] >= PRIOR_WEIGHT else None  # (a few probes say little)
+        self.costs.remember(depths, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())))
 
     def drafting_pays(self, active: torch.Tensor) -> bool:
         return self._best(active.cpu(), optimism=0.0) is not None
@@ -361,14 +379,7 @@ def expected_tokens(alphas, ranks: list[float], shape: Shape) -> list[float]:
     its parent), priced on the rows' mean: one tree shape serves every row."""
     alphas = alphas.tolist() if isinstance(alphas, torch.Tensor) else alphas
     if shape.top_k == 0:
-        out = []
-        for row in alphas:
-            tokens = path = 1.0
-            for alpha in row[: shape.depth]:
-                path *= alpha
-                tokens += path
-            out.append(tokens)
-        return out
+        return [1.0 + sum(math.prod(row[:depth]) for depth in range(1, shape.depth + 1)) for row in alphas]
     mean = [sum(column) / len(alphas) for column in zip(*alphas)]
     return [_tree_tokens(tuple(round(a, 3) for a in mean), tuple(round(r, 3) for r in ranks), shape)] * len(alphas)
 

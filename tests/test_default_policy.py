@@ -8,7 +8,9 @@ import torch
 
 import tiny_models
 from hf_specdec.costs import StepCosts, reset_costs
-from hf_specdec.policy import CostAwareDraftPolicy, Shape, best_shape, expected_tokens
+from hf_specdec.policy import (
+    MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Shape, best_shape, expected_tokens, record_evidence,
+)
 from hf_specdec.tree import tree_outcomes
 from hf_specdec.verify import agreement
 
@@ -114,24 +116,50 @@ def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_readi
     for _ in range(5):
         _step(first, 1, 0)
     first.done()
-    assert costs.accepted == (0.0,)
+    assert costs.accepted == (((0.0, 8.0),) + ((0.0, 0.0),) * 5,)  # per depth: (hits, trials) of rank-1 drafts
     never = _schedule(costs)
-    assert not never.wants_prior and never.prior.item() == 0.0
+    assert not never.wants_prior and never.alphas()[0][0] == 0.0
     depths = []
     for _ in range(48):
         _step(never, depths[-1] if depths else 0, 0)
         depths.append(_depth(never))
     assert depths == [0] * 48  # a drafter the setting's calls never had accepted: plain all call long
     right = _measured()
-    for accepted in (0.8, 0.9, 0.7):
-        right.remember(accepted, ())
+    for hits in (16.0, 18.0, 14.0):
+        right.remember(((hits, 20.0), (0.5 * hits, hits)), ())
     often = _schedule(right)
-    assert not often.wants_prior and often.prior.item() == pytest.approx(0.8)
+    first_depth, second_depth = often.alphas()[0][:2]  # depth 2: the record's 0.5, pulled towards depth 1 (few calls)
+    assert not often.wants_prior and first_depth == pytest.approx(0.8) and 0.5 < second_depth < 0.7
     _step(often, 0, 0)  # the prefill
     assert _depth(often) > 0  # drafts from the first step after it
     pinned = StepCosts(verify_ms={1: 20.0, 2: 22.0}, draft_ms=2.0)  # by hand: no record, nothing beyond what is given
-    pinned.remember(0.9, ())
+    pinned.remember(((9.0, 10.0),), ())
     assert pinned.accepted == () and pinned.estimate(Shape(0, 1, 1)) == 24.0 and pinned.estimate(Shape(0, 2, 2)) is None
+
+
+def test_a_record_is_worth_as_many_drafts_as_its_calls_agree():
+    # 16 calls of 20 first drafts: at 10 hits each, the calls differ by chance alone (worth MAX_WEIGHT drafts); at 2 or
+    # 18 hits, by more (worth fewer); under 4 calls, PRIOR_WEIGHT.
+    alike = record_evidence([((10.0, 20.0), (6.0, 10.0))] * 16, 3)
+    assert alike == [(MAX_WEIGHT / 2, MAX_WEIGHT), (MAX_WEIGHT * 6 / 20, MAX_WEIGHT / 2), (0.0, 0.0)]
+    apart = record_evidence([((6.0, 20.0),), ((14.0, 20.0),)] * 8, 1)  # 0.3 and 0.7: a spread of 0.04, 0.0125 by chance
+    assert apart[0][0] / apart[0][1] == 0.5 and apart[0][1] == pytest.approx(0.25 / 0.0275 - 1)
+    assert record_evidence([((2.0, 20.0),), ((18.0, 20.0),)] * 8, 1) == [(PRIOR_WEIGHT / 2, PRIOR_WEIGHT)]
+    assert record_evidence([((10.0, 20.0),)] * 3, 1) == [(PRIOR_WEIGHT / 2, PRIOR_WEIGHT)]
+    assert record_evidence([], 2) == [(0, 0), (0, 0)]
+    # A record that agrees holds a call to it through early misses; a depth the record tried a few times only is
+    # pulled towards the depth before, so a few misses there do not rule it out for good.
+    costs = _measured()
+    for _ in range(16):
+        costs.remember(((10.0, 20.0), (7.0, 10.0), (0.0, 1.0)), ())
+    schedule = _schedule(costs)
+    for _ in range(2):
+        _step(schedule, 1, 0)
+    alphas, unrecorded = schedule.alphas()[0], _schedule(_measured())
+    for _ in range(2):
+        _step(unrecorded, 1, 0)
+    assert alphas[0] > 0.4 and unrecorded.alphas()[0][0] < 0.25 and 0.6 < alphas[1] < 0.7
+    assert alphas[2] > 0.4
 
 
 def test_a_trees_children_acceptance_carries_over_to_the_settings_next_call():
