@@ -1,12 +1,9 @@
-"""What the loop's steps cost on this machine: the wall time of every step, by shape, measured as calls run and
-remembered per setting.
+"""What the loop's steps cost and deliver on this machine, measured as calls run and remembered per setting.
 
 Contract: `costs_for(target, drafter, device, rows, do_sample)` returns the setting's `StepCosts` (target, drafter
-model, device, dtype, rows, torch threads, greedy or sampled), empty on first use and shared by every later call of
-that setting from any thread; the loop `record`s each step's drafting and verifying time, and the default policy asks
-`estimate(shape)`. Greedy output never depends on the costs; sampled output is distribution-exact whatever they say
-(seeded calls repeat token for token with a fixed gamma). Nothing here runs a model. `reset_costs()` forgets every
-setting (after moving a model to another device, or once a busy machine is idle again).
+model, device, dtype, rows, torch threads, greedy or sampled), shared by its calls from any thread; the loop `record`s
+each step's drafting and verifying time and the default policy asks `estimate(shape)`. Output never depends on them.
+Nothing here runs a model. `reset_costs()` forgets every setting (after moving a model, once a busy machine is idle).
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import torch
 
 #: Steps remembered per (part, kind, size), and needed to price it: their median, which a few slow steps do not move.
 SAMPLES, TRUSTED = 15, 3
-CALLS = 16  # calls whose acceptance a setting remembers
+CALLS, FADE = 16, 0.99  # calls whose acceptance a setting remembers; the share of a shape's delivery kept per step
 
 
 class StepCosts:
@@ -39,6 +36,7 @@ class StepCosts:
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks: tuple = ()  # the last call's (hits, trials) of tree children by rank
+        self.delivered: dict = {}  # Shape -> fading (tokens committed, tokens expected) per row of its steps
         if self.pinned:
             if 1 not in verify_ms:
                 raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")
@@ -69,6 +67,13 @@ class StepCosts:
             with self._lock:  # replaced whole, read without the lock
                 self.accepted = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:]
                 self.ranks = ranks
+
+    def deliver(self, shape, committed: float, expected: float) -> None:
+        """A step of `shape` committed `committed` tokens per row where the policy expected `expected`."""
+        if not self.pinned:
+            with self._lock:  # replaced whole, read without the lock
+                got, want = self.delivered.get(shape, (0.0, 0.0))
+                self.delivered = {**self.delivered, shape: (FADE * got + committed, FADE * want + expected)}
 
     def estimate(self, shape) -> float | None:
         """Milliseconds of a step drafting `shape` (a `policy.Shape`; None: a plain step), or None while unpriced."""
@@ -104,9 +109,7 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
         return _line(points, size)
     chains = _never_cheaper({key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")})
     base = _line(chains, size)
-    if base is None:
-        return base
-    offsets = [ms - _line(chains, width) for width, ms in points.items()]
+    offsets = [ms - _line(chains, width) for width, ms in points.items()] if base is not None else []
     return base + max(0.0, statistics.median(offsets)) if offsets else base
 
 

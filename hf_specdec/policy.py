@@ -1,10 +1,9 @@
 """How much each step drafts: a fixed chain, transformers' heuristic, a fixed tree, or (the default) the shape with
-the most expected tokens per millisecond on the call's own acceptance and the step costs measured as calls run.
+the most expected tokens per millisecond, a pure function (`best_shape`) of acceptance and measured step costs.
 
-Contract: a policy is a frozen, validated description that any number of calls and threads share;
-`policy.start(...)` gives one call its schedule, which the loop asks before every step (`tree`, `lengths`) and
-tells after it (`update`). A schedule decides how much is proposed, never what is kept: it changes speed, never
-the output. The default's decision is a pure function (`best_shape`) of acceptance estimates and step costs.
+Contract: a policy is a frozen, validated description that calls and threads share; `policy.start(...)` gives one call
+its schedule, which the loop asks before every step (`tree`, `lengths`) and tells after it (`update`). A schedule
+decides how much is proposed, never what is kept: it changes speed, never the output.
 """
 
 from __future__ import annotations
@@ -77,9 +76,8 @@ class HeuristicDraftPolicy(DraftPolicy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_int("start_gamma", self.start_gamma, 1)
-        _check_int("increase", self.increase, 0)
-        _check_int("decrease", self.decrease, 0)
+        for name, low in (("start_gamma", 1), ("increase", 0), ("decrease", 0)):
+            _check_int(name, getattr(self, name), low)
         if self.start_gamma > self.max_gamma:
             raise InvalidGammaError(f"start_gamma ({self.start_gamma}) must not exceed max_gamma ({self.max_gamma}).")
 
@@ -106,9 +104,8 @@ class TreeDraftPolicy(DraftPolicy):
     min_confidence: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        _check_int("top_k", self.top_k, 1)
-        _check_int("max_depth", self.max_depth, 1)
-        _check_int("max_nodes", self.max_nodes, 1)
+        for name in ("top_k", "max_depth", "max_nodes"):
+            _check_int(name, getattr(self, name), 1)
         object.__setattr__(self, "max_gamma", self.max_depth)
         super().__post_init__()
 
@@ -125,12 +122,10 @@ TREE_MENU = ((4, 3, 8), (4, 4, 16), (4, 6, 32))
 @dataclass(frozen=True, kw_only=True)
 class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
-    trees of `TREE_MENU` with the most expected committed tokens per millisecond.
-
-    Acceptance is the call's own, per row and depth (and per tree rank), starting from the setting's recent calls (its
-    first call: from the drafter's agreement with the target on the prompt, or its declared acceptance if higher);
-    step costs are the loop's own, measured as calls run (`hf_specdec.costs`); an optimism bonus bounds how long a
-    drafter that could pay stays untried. docs/policies.md.
+    trees of `TREE_MENU` with the most expected committed tokens per millisecond: acceptance is the call's own per row
+    and depth (and tree rank), from the setting's recent calls (its first: from the prompt); step costs and what each
+    shape delivers are measured as calls run (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that
+    could pay stays untried. docs/policies.md.
 
     Args:
         max_gamma: longest chain considered.
@@ -205,9 +200,8 @@ class Schedule:
     def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor,
                outcomes: tuple[torch.Tensor, torch.Tensor] | None = None, drafted: bool = True,
                left: int | None = None) -> None:
-        """After a verification: active rows, drafts (a tree's depth) and accepted drafts, [batch] each; for a tree,
-        `outcomes` = (trials, hits) [batch, depth, rank] (`tree.tree_outcomes`). `drafted`: whether the step drafted at
-        all; `left`: its active rows' count (what the loop knows without reading the device)."""
+        """After a verification: active rows, drafts (a tree's depth), accepted drafts ([batch] each), a tree's (trials,
+        hits) [batch, depth, rank] (`tree.tree_outcomes`), whether it drafted, and its active rows' count."""
         if self.tree is None:
             self.lengths = self.policy.next_lengths(self.lengths, active, num_drafted, num_accepted)
 
@@ -223,12 +217,10 @@ class Schedule:
         return True
 
 
-#: Drafts a start is worth (at least, and at most where the setting's calls agree), and the share of a row's recent
-#: evidence kept per step (fading towards its record).
-PRIOR_WEIGHT, MAX_WEIGHT = 4.0, 32.0
-DECAY = 0.95
-#: Each row's acceptance when neither the prompt nor the drafter says anything.
-DEFAULT_PRIOR = 0.5
+#: Drafts a start is worth (at least; at most where the setting's calls agree); the share of a row's recent evidence kept
+#: per step; each row's acceptance when neither the prompt nor the drafter says anything; the tokens committed and
+#: expected a shape's delivery record starts with (a few steps' worth of its model's estimate).
+PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR = 4.0, 32.0, 0.95, 0.5, 8.0
 
 
 def record_evidence(calls, depths: int) -> list[tuple[float, float]]:
@@ -259,11 +251,9 @@ class AdaptiveSchedule(Schedule):
         self.declared = prior  # the drafter's own acceptance, if it declares one
         self.record = record_evidence(costs.accepted, self.max_depth)  # [depth] (hits, trials) of recent calls
         self.prior = torch.full((batch_size,), DEFAULT_PRIOR if prior is None else prior, dtype=torch.float64)
-        self.hits = torch.zeros(batch_size, self.max_depth, dtype=torch.float64)  # [batch, depth] fading, rank 1
-        self.trials = torch.zeros_like(self.hits)
-        self.all_hits, self.all_trials = torch.zeros_like(self.hits), torch.zeros_like(self.hits)  # not decayed
-        self.rank_hits = torch.zeros(self.max_rank, dtype=torch.float64)  # [rank] decayed, ranks 2.. (0: unused)
-        self.rank_trials = torch.zeros_like(self.rank_hits)
+        # [batch, depth] counts of rank-1 drafts: fading (hits, trials), and the call's whole (all_hits, all_trials)
+        self.hits, self.trials, self.all_hits, self.all_trials = torch.zeros(4, batch_size, self.max_depth).double()
+        self.rank_hits, self.rank_trials = torch.zeros(2, self.max_rank).double()  # [rank] fading, ranks 2.. (0: unused)
         for rank, (hits, trials) in enumerate(costs.ranks[: self.max_rank]):  # the last call's
             self.rank_hits[rank], self.rank_trials[rank] = hits, trials
         self.steps = 0
@@ -271,12 +261,12 @@ class AdaptiveSchedule(Schedule):
         self.tree = None
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
+        self._planned = (None, 0.0)  # the shape planned for the next step, and the tokens per row expected of it
         self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
-        """Each row's agreement with the target on its prompt ([batch]; NaN: no evidence) over `positions` tokens, worth
-        as many drafts against PRIOR_WEIGHT of the start. A declared acceptance is a floor: a drafter trained on answers
-        guesses prompts less often (the shipped head: 0.06-0.16 on chat prompts, 0.45 on answers)."""
+        """Each row's agreement with the target on its prompt ([batch]; NaN: none) over `positions` tokens, worth as many
+        drafts against PRIOR_WEIGHT of the start, at least the declared acceptance (drafters trained on answers)."""
         agreement, positions = agreement.double().cpu().clamp(0, 1), positions.double().cpu()
         mixed = (agreement * positions + PRIOR_WEIGHT * self.prior) / (positions + PRIOR_WEIGHT)
         floor = self.declared if self.declared is not None else 0.0
@@ -284,12 +274,10 @@ class AdaptiveSchedule(Schedule):
         self._plan()
 
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
-        """[rows][depth] (the `rows` selected, [batch] bool; all by default): each row's estimated acceptance of a
-        rank-1 draft at each depth once the ones before it were accepted: its recent drafts (fading with the steps
-        since) over the call's whole record at that depth, itself over the setting's record (`record_evidence`) and the
-        depth before (depth 1: the record alone, or the row's prior without one); at depth 1 plus `optimism` times a
-        bonus that grows with the steps since the last draft and shrinks with the drafts made. Plain floats: this runs
-        before every step."""
+        """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth
+        once the ones before were accepted: its recent drafts (fading) over the call's whole record, over the setting's
+        (`record_evidence`) and the depth before (depth 1: the record alone, or the row's prior without one); at depth 1
+        plus `optimism` times a bonus that grows with the steps since the last draft and shrinks with the drafts made."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
         fade, log_streak = DECAY**streak, math.log1p(streak)
@@ -330,6 +318,9 @@ class AdaptiveSchedule(Schedule):
             self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade
             self._evidence_at = self.steps
             accepted = num_accepted.cpu()
+            shape, expected = self._planned  # what the step delivered (unless max_length cut a chain short)
+            if shape is not None and (shape.top_k or bool((row_drafts[rows] >= shape.depth).all())):
+                self.costs.deliver(shape, float((accepted[rows] + 1).double().mean()), expected)
             depth = torch.arange(1, self.max_depth + 1)
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
                 trials = ((depth <= row_drafts[:, None]) & (depth <= accepted[:, None] + 1)).double()
@@ -349,6 +340,8 @@ class AdaptiveSchedule(Schedule):
 
     def _plan(self) -> None:
         shape = self._best(self._rows, self.policy.exploration)
+        expected = shape and statistics.fmean(expected_tokens(self.alphas(0.0, self._rows), self.ranks(), shape))
+        self._planned = (shape, expected)
         self.tree = shape.as_tree() if shape is not None and shape.top_k else None
         self._depth = 0 if shape is None or shape.top_k else shape.depth
         self.lengths = torch.full(self._rows.shape, self._depth, dtype=torch.long, device=self.device)
@@ -360,7 +353,13 @@ class AdaptiveSchedule(Schedule):
         if not bool(rows.any()):
             return None
         gain = self.policy.min_gain if int(rows.sum()) == 1 else self.policy.batch_gain
-        return best_shape(self.alphas(optimism, rows), self.ranks(), self.costs.estimate, self.menu, gain)
+        return best_shape(self.alphas(optimism, rows), self.ranks(), self._cost, self.menu, gain)
+
+    def _cost(self, shape: Shape | None) -> float | None:
+        """A step's ms, over what the shape's steps committed of the tokens expected of them: the acceptance model
+        estimates; the steps measure (in sampling a tree's top-k drafts are accepted less often than a chain's)."""
+        ms, (got, want) = self.costs.estimate(shape), self.costs.delivered.get(shape, (0.0, 0.0))
+        return ms if ms is None else ms * (want + DELIVERY_PRIOR) / (got + DELIVERY_PRIOR)
 
     def done(self) -> None:
         hits, trials = self.all_hits.sum(dim=0).tolist(), self.all_trials.sum(dim=0).tolist()  # [depth] over rows
@@ -372,11 +371,10 @@ class AdaptiveSchedule(Schedule):
 
 
 def expected_tokens(alphas, ranks: list[float], shape: Shape) -> list[float]:
-    """Per row of `alphas` ([rows][depth] floats, or a tensor): tokens a step of `shape` commits on average, the bonus
-    token included: 1 + the sum over its nodes of the product of acceptances along the node's path (a rank-1 child at
-    depth d: alphas[row][d - 1]; a rank-k child: ranks[k - 2]). For a chain 1 + a1 + a1 a2 + ... (Leviathan et al.);
-    for a tree the `nodes` most valuable nodes, which a best-first expansion finds (a child is never worth more than
-    its parent), priced on the rows' mean: one tree shape serves every row."""
+    """Per row of `alphas` ([rows][depth] floats, or a tensor): tokens a step of `shape` commits on average: 1 + the
+    sum over its nodes of the acceptances' product along the node's path (rank-1 child at depth d: alphas[row][d - 1];
+    rank k: ranks[k - 2]); a chain's 1 + a1 + a1 a2 + ... (Leviathan et al.), a tree's `nodes` most valuable nodes
+    (best-first), on the rows' mean: one tree shape serves every row."""
     alphas = alphas.tolist() if isinstance(alphas, torch.Tensor) else alphas
     if shape.top_k == 0:
         return [1.0 + sum(math.prod(row[:depth]) for depth in range(1, shape.depth + 1)) for row in alphas]
@@ -399,10 +397,9 @@ def _tree_tokens(mean: tuple[float, ...], ranks: tuple[float, ...], shape: Shape
 
 
 def best_shape(alphas, ranks: list[float], cost_ms, menu: tuple[Shape, ...], gain: float) -> Shape | None:
-    """The shape of `menu` (None: a plain step) with the most committed tokens per millisecond for rows whose
-    acceptances are `alphas` ([rows][depth]) and tree ranks `ranks`, where `cost_ms(shape)` is a step's cost (None:
-    not priced yet, so not chosen). A batch waits for its slowest row, so its tokens per step are the rows' harmonic
-    mean, times the rows. Shapes are taken from the cheapest; each must beat the best so far by `gain`."""
+    """The shape of `menu` (None: a plain step) with the most committed tokens per ms for rows of acceptances `alphas`
+    ([rows][depth]) and tree ranks `ranks`, a step costing `cost_ms(shape)` (None: unpriced, not chosen). A batch waits
+    for its slowest row: the rows' harmonic mean. From the cheapest, each must beat the best so far by `gain`."""
     alphas = alphas.tolist() if isinstance(alphas, torch.Tensor) else alphas
     plain_ms = cost_ms(None)
     if plain_ms is None:

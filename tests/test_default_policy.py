@@ -162,6 +162,28 @@ def test_a_record_is_worth_as_many_drafts_as_its_calls_agree():
     assert alphas[2] > 0.4
 
 
+def test_a_shape_that_delivers_less_than_its_model_expects_is_priced_by_what_it_delivers():
+    # A setting where width is nearly free and the 2nd child is often right: the model picks a tree. Its steps
+    # commit half the tokens expected of them (in sampling a tree's top-k drafts are accepted less often than a
+    # chain's): the next call prices it by that and drafts a chain.
+    costs = StepCosts()
+    for width, verify_ms in ((1, 20.0), (2, 20.2), (7, 20.4), (9, 20.6), (17, 21.0), (33, 22.0)):
+        _ran(costs, "chain" if width < 9 else "tree", width - 1 if width < 9 else 3, width, 0.4 * (width > 1), verify_ms)
+    costs.remember(((60.0, 100.0),), ((0.0, 0.0), (40.0, 100.0)))
+    tree = _schedule(costs, trees=True)
+    _step(tree, 0, 0)
+    shape, expected = tree._planned
+    assert shape is not None and shape.top_k and expected > 2.0
+    for _ in range(20):
+        costs.deliver(shape, expected / 2, expected)
+    chain = _schedule(costs, trees=True)
+    _step(chain, 0, 0)
+    assert chain._planned[0] != shape and _depth(chain) > 0
+    pinned = StepCosts(verify_ms={1: 20.0, 2: 22.0}, draft_ms=2.0)  # by hand: calls change nothing
+    pinned.deliver(Shape(0, 1, 1), 1.0, 2.0)
+    assert pinned.delivered == {}
+
+
 def test_a_trees_children_acceptance_carries_over_to_the_settings_next_call():
     costs = _measured()
     _ran(costs, "tree", 3, 9, 6.0, 23.0)
