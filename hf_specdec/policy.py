@@ -220,7 +220,7 @@ class Schedule:
 #: Drafts a start is worth (at least; at most where the setting's calls agree); the share of a row's recent evidence kept
 #: per step; each row's acceptance when neither the prompt nor the drafter says anything; the tokens committed and
 #: expected a shape's delivery record starts with (a few steps' worth of its model's estimate).
-PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR = 4.0, 32.0, 0.95, 0.5, 8.0
+PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR = 4.0, 32.0, 0.95, 0.5, 32.0
 
 
 def record_evidence(calls, depths: int) -> list[tuple[float, float]]:
@@ -318,8 +318,8 @@ class AdaptiveSchedule(Schedule):
             self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade
             self._evidence_at = self.steps
             accepted = num_accepted.cpu()
-            shape, expected = self._planned  # what the step delivered (unless max_length cut a chain short)
-            if shape is not None and (shape.top_k or bool((row_drafts[rows] >= shape.depth).all())):
+            shape, expected = self._planned  # what a tree delivered (a chain's outcomes are the model's evidence)
+            if shape is not None and shape.top_k:
                 self.costs.deliver(shape, float((accepted[rows] + 1).double().mean()), expected)
             depth = torch.arange(1, self.max_depth + 1)
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
@@ -340,7 +340,7 @@ class AdaptiveSchedule(Schedule):
 
     def _plan(self) -> None:
         shape = self._best(self._rows, self.policy.exploration)
-        expected = shape and statistics.fmean(expected_tokens(self.alphas(0.0, self._rows), self.ranks(), shape))
+        expected = shape is not None and shape.top_k and statistics.fmean(expected_tokens(self.alphas(0.0, self._rows), self.ranks(), shape))
         self._planned = (shape, expected)
         self.tree = shape.as_tree() if shape is not None and shape.top_k else None
         self._depth = 0 if shape is None or shape.top_k else shape.depth
@@ -356,8 +356,8 @@ class AdaptiveSchedule(Schedule):
         return best_shape(self.alphas(optimism, rows), self.ranks(), self._cost, self.menu, gain)
 
     def _cost(self, shape: Shape | None) -> float | None:
-        """A step's ms, over what the shape's steps committed of the tokens expected of them: the acceptance model
-        estimates; the steps measure (in sampling a tree's top-k drafts are accepted less often than a chain's)."""
+        """A step's ms, a tree's over what its steps committed of the tokens the chains' acceptance and the rank priors
+        expected of them (in sampling a tree's top-k drafts are accepted less often than a chain's sampled ones)."""
         ms, (got, want) = self.costs.estimate(shape), self.costs.delivered.get(shape, (0.0, 0.0))
         return ms if ms is None else ms * (want + DELIVERY_PRIOR) / (got + DELIVERY_PRIOR)
 
