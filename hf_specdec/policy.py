@@ -261,7 +261,7 @@ class AdaptiveSchedule(Schedule):
         self.tree = None
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
-        self._planned = (None, 0.0)  # the shape planned for the next step, and the tokens per row expected of it
+        self._planned = (None, 0.0)  # the tree planned for the next step, and the tokens per row expected of it
         self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
@@ -319,7 +319,7 @@ class AdaptiveSchedule(Schedule):
             self._evidence_at = self.steps
             accepted = num_accepted.cpu()
             shape, expected = self._planned  # what a tree delivered (a chain's outcomes are the model's evidence)
-            if shape is not None and shape.top_k:
+            if shape is not None:
                 self.costs.deliver(shape, float((accepted[rows] + 1).double().mean()), expected)
             depth = torch.arange(1, self.max_depth + 1)
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
@@ -340,9 +340,9 @@ class AdaptiveSchedule(Schedule):
 
     def _plan(self) -> None:
         shape = self._best(self._rows, self.policy.exploration)
-        expected = shape is not None and shape.top_k and statistics.fmean(expected_tokens(self.alphas(0.0, self._rows), self.ranks(), shape))
-        self._planned = (shape, expected)
         self.tree = shape.as_tree() if shape is not None and shape.top_k else None
+        expected = statistics.fmean(expected_tokens(self.alphas(0.0, self._rows), self.ranks(), shape)) if self.tree else 0.0
+        self._planned = (shape if self.tree else None, expected)  # a tree, and what it is expected to commit per row
         self._depth = 0 if shape is None or shape.top_k else shape.depth
         self.lengths = torch.full(self._rows.shape, self._depth, dtype=torch.long, device=self.device)
 
