@@ -124,7 +124,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
     trees of `TREE_MENU` with the most expected committed tokens per millisecond: acceptance is the call's own per row
     and depth (and tree rank), from the setting's recent calls (its first: from the prompt); step costs and what each
-    shape delivers are measured as calls run (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that
+    tree delivers are measured as calls run (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that
     could pay stays untried. docs/policies.md.
 
     Args:

@@ -138,8 +138,9 @@ def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_readi
 
 
 def test_a_record_is_worth_as_many_drafts_as_its_calls_agree():
-    # 16 calls of 20 first drafts: at 10 hits each, the calls differ by chance alone (worth MAX_WEIGHT drafts); at 2 or
-    # 18 hits, by more (worth fewer); under 4 calls, PRIOR_WEIGHT.
+    # 16 calls of 20 first drafts: at 10 hits each, the calls differ by chance alone (worth MAX_WEIGHT drafts); at 6
+    # or 14 hits, by more (worth fewer); at 2 or 18 hits, by far more (PRIOR_WEIGHT, the least); under 4 calls,
+    # PRIOR_WEIGHT.
     alike = record_evidence([((10.0, 20.0), (6.0, 10.0))] * 16, 3)
     assert alike == [(MAX_WEIGHT / 2, MAX_WEIGHT), (MAX_WEIGHT * 6 / 20, MAX_WEIGHT / 2), (0.0, 0.0)]
     apart = record_evidence([((6.0, 20.0),), ((14.0, 20.0),)] * 8, 1)  # 0.3 and 0.7: a spread of 0.04, 0.0125 by chance
@@ -162,7 +163,7 @@ def test_a_record_is_worth_as_many_drafts_as_its_calls_agree():
     assert alphas[2] > 0.4
 
 
-def test_a_shape_that_delivers_less_than_its_model_expects_is_priced_by_what_it_delivers():
+def test_a_tree_that_delivers_less_than_its_model_expects_is_priced_by_what_it_delivers():
     # A setting where width is nearly free and the 2nd child is often right: the model picks a tree. Its steps
     # commit half the tokens expected of them (in sampling a tree's top-k drafts are accepted less often than a
     # chain's): the next call prices it by that and drafts a chain.

@@ -1,5 +1,5 @@
-"""The product speaks for itself: no word about how the work was organised (work-session letters, issue
-numbers, machines "lent") in the README, docs, code, tests, examples, benchmarks, drafter cards or file
+"""The product speaks for itself: no word about how the work was organised (who worked on it when, tracker
+numbers, borrowed machines) in the README, docs, code, tests, examples, benchmarks, drafter cards or file
 names, and every repository path that code and tests name exists. Results name date, commit and machine."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ TEXT_GLOBS = ("README.md", "Makefile", "setup.cfg", "pyproject.toml", "docs/**/*
               "tests/**/*.py", "examples/**/*", "benchmarks/**/*", "drafters/*/README.md")
 TEXT_SUFFIXES = {"", ".md", ".py", ".sh", ".cfg", ".toml", ".txt", ".csv", ".json", ".jsonl"}
 
-#: "issue 24", "issues 9 and 10", "issue #7", "issue24"; "session v", "sessions f-h", "session-h"; "lent".
+#: Tracker numbers (with or without "#", spaced or not), work-session letters, and the word for a borrowed machine.
 ORGANISATION_WORDS = re.compile(
     r"\bissues?\s*#?\d+|issue\d+|\bsessions?[ -][a-z]\b(?![-'])|\blent\b", re.IGNORECASE
 )
