@@ -15,7 +15,7 @@ from collections import deque
 
 import torch
 
-#: Steps remembered per (part, kind, size), and needed to price it: their median, which a few slow steps do not move.
+#: Steps remembered per (part, kind, size), and needed to trust their median (which a few slow steps do not move).
 SAMPLES, TRUSTED = 15, 3
 CALLS, FADE = 16, 0.99  # calls whose acceptance a setting remembers; the share of a shape's delivery kept per step
 
@@ -24,7 +24,8 @@ class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
     for chains (a plain step is a chain of 0) and trees, and what its recent calls accepted (`accepted`, `ranks`). A
     size's first step warms its kernels and is no sample; a size is priced by the median of its latest SAMPLES steps
-    from its third on, others from the measured ones (`_curve`), up to twice the widest (pinned costs: not beyond).
+    (under TRUSTED of them: at most what the trusted sizes say), others from the measured ones (`_curve`), up to
+    twice the widest (pinned costs: not beyond).
     `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand, ignoring what calls measure (a
     `CostAwareDraftPolicy(costs=...)` then decides the same everywhere)."""
 
@@ -49,16 +50,15 @@ class StepCosts:
         if self.pinned:
             return
         with self._lock:
-            median = dict(self._median)  # replaced whole: readers never see a half-updated table
             for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
                 if key[2] and key not in self._warm:
                     self._warm.add(key)
                 elif key[2]:
-                    samples = self._samples.setdefault(key, deque(maxlen=SAMPLES))
-                    samples.append(ms)
-                    if len(samples) >= TRUSTED:  # until then priced from the others: one noisy step rules
-                        median[key] = statistics.median(samples)  # nothing out
-            self._median = median
+                    self._samples.setdefault(key, deque(maxlen=SAMPLES)).append(ms)
+            medians = {key: (len(ms) >= TRUSTED, statistics.median(ms)) for key, ms in self._samples.items()}
+            trusted = {key: ms for key, (sure, ms) in medians.items() if sure}  # a size with fewer samples: by them,
+            self._median = {key: ms if sure else min(ms, _curve(trusted, *key) or ms)  # never above what the trusted
+                            for key, (sure, ms) in medians.items()}  # say (replaced whole: no half-updated table)
 
     def remember(self, accepted: tuple | None, ranks: tuple) -> None:
         """A finished call's (hits, trials) of rank-1 drafts by depth (None: too few drafts to say) and its tree
@@ -91,8 +91,8 @@ class StepCosts:
 
 
 def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> float | None:
-    """The `part` cost of `kind` at `size` from the measured points: between two linearly, beyond the widest along the
-    last two; drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width plus the
+    """The `part` cost of `kind` at `size` from the measured points: between two linearly, beyond the widest as the
+    widest (`_line`); drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width plus the
     median difference its measured widths showed (nothing measured: no difference)."""
     points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
     if part == "verify" and kind == "chain":
@@ -128,19 +128,16 @@ def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
 
 
 def _line(points: dict[int, float], size: int) -> float | None:
-    """Linear between two measured points, or along the last two (never falling); else as the nearest (optimistic)."""
+    """Linear between two measured points (never falling); beyond them as the nearest: optimistic, so a width that
+    could pay is tried (twice: a warm-up and a sample) and then priced by what it measured."""
     if not points:
         return None
     if size in points:
         return points[size]
-    sizes = sorted(points)
-    below, above = [w for w in sizes if w < size], [w for w in sizes if w > size]
-    if below and above:
-        low, high = below[-1], above[0]
-    elif len(below) >= 2:
-        low, high = below[-2], below[-1]
-    else:
-        return points[below[-1] if below else above[0]]
+    below, above = [w for w in points if w < size], [w for w in points if w > size]
+    if not below or not above:
+        return points[max(below) if below else min(above)]
+    low, high = max(below), min(above)
     return points[low] + max(0.0, (points[high] - points[low]) / (high - low)) * (size - low)
 
 

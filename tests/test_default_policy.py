@@ -240,19 +240,37 @@ def test_unmeasured_costs_start_plain_and_explore_by_doubling():
     schedule = _schedule(costs)
     schedule.set_prior(torch.tensor([0.9]), torch.tensor([100]))
     assert _depth(schedule) == 0  # no plain step measured yet: nothing to price against
-    for _ in range(3):
-        costs.record("chain", 0, 1, 0.0, 20.0)
-        _step(schedule, 0, 0)
-        assert _depth(schedule) == 0  # the first plain step warmed the kernels, two steps measure nothing yet
+    costs.record("chain", 0, 1, 0.0, 200.0)
+    _step(schedule, 0, 0)
+    assert _depth(schedule) == 0  # the first plain step warmed the kernels: no sample
     costs.record("chain", 0, 1, 0.0, 20.0)
     _step(schedule, 0, 0)
-    assert _depth(schedule) == 1  # widths up to twice the widest measured: a chain of 1
-    _ran(costs, "chain", 1, 2, 1.0, 20.5)
+    assert _depth(schedule) == 1  # priced from one sample; widths up to twice the widest measured: a chain of 1
+    costs.record("chain", 1, 2, 10.0, 205.0)
+    costs.record("chain", 1, 2, 1.0, 20.5)
     _step(schedule, 1, 1)
     assert _depth(schedule) == 3  # width 4 now priced (from widths 1 and 2)
-    _ran(costs, "chain", 3, 4, 3.0, 21.5)
+    costs.record("chain", 3, 4, 30.0, 215.0)
+    costs.record("chain", 3, 4, 3.0, 21.5)
     _step(schedule, 3, 3)
     assert _depth(schedule) == 6
+
+
+def test_a_size_with_few_samples_is_priced_by_them_but_never_above_what_the_trusted_sizes_say():
+    costs = StepCosts()
+    _ran(costs, "chain", 0, 1, 0.0, 20.0)
+    _ran(costs, "chain", 1, 2, 1.0, 22.0)
+    costs.record("chain", 3, 4, 30.0, 300.0)  # warming
+    costs.record("chain", 3, 4, 3.0, 90.0)  # one slow step (a burst) cannot price width 4 out: at most what the
+    assert costs.estimate(Shape(0, 3, 3)) == pytest.approx(22.0 + 3.0)  # trusted say (beyond the widest: as it)
+    costs.record("chain", 3, 4, 3.0, 24.0)
+    assert costs.estimate(Shape(0, 3, 3)) == pytest.approx(22.0 + 3.0)  # median 57: still theirs
+    costs.record("chain", 3, 4, 3.0, 24.0)
+    assert costs.estimate(Shape(0, 3, 3)) == pytest.approx(24.0 + 3.0)  # three samples: their median
+    costs.record("chain", 5, 6, 50.0, 250.0)
+    costs.record("chain", 5, 6, 5.0, 22.0)  # one cheap step prices width 6 by it (optimism its next steps
+    assert costs.estimate(Shape(0, 5, 5)) == pytest.approx(23.0 + 5.0)  # correct), pooled with width 4: scoring
+    assert costs.estimate(Shape(0, 3, 3)) == pytest.approx(23.0 + 3.0)  # more never costs less
 
 
 def test_a_draft_nobody_accepts_never_pays_however_cheap_a_wider_forward_measured():
@@ -274,21 +292,21 @@ def test_step_costs_are_monotone_in_width_without_one_noisy_width_pricing_every_
 def test_step_costs_interpolate_extrapolate_and_cap():
     costs = StepCosts()
     assert costs.estimate(None) is None
-    for ms in (90.0, 20.0, 22.0):  # the first step warms the kernels: no sample; two samples measure nothing yet
-        costs.record("chain", 0, 1, 0.0, ms)
+    costs.record("chain", 0, 1, 0.0, 90.0)  # the first step warms the kernels: no sample
     assert costs.estimate(None) is None
-    costs.record("chain", 0, 1, 0.0, 21.0)
+    for ms in (20.0, 22.0, 21.0):
+        costs.record("chain", 0, 1, 0.0, ms)
     _ran(costs, "chain", 1, 2, 2.0, 24.0)
     _ran(costs, "chain", 3, 4, 6.0, 30.0)
     assert costs.estimate(None) == 21.0  # the median of the plain steps
     assert costs.estimate(Shape(0, 1, 1)) == 26.0
     assert costs.estimate(Shape(0, 2, 2)) == pytest.approx(27.0 + 4.0)  # between widths 2 and 4; 2 ms a level
-    assert costs.estimate(Shape(0, 5, 5)) == pytest.approx(30.0 + 3.0 * 2 + 10.0)  # along the last two, 3 ms / width
+    assert costs.estimate(Shape(0, 5, 5)) == pytest.approx(30.0 + 10.0)  # beyond the widest: as the widest
     assert costs.estimate(Shape(0, 8, 8)) is None  # width 9 > twice the widest measured
-    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(39.0 + 6.0)  # a tree priced from the chains' curve
+    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(30.0 + 6.0)  # a tree priced from the chains' curve
     # A measured tree costs its chain width's line plus what it measured more: 3 ms at width 5, so 3 ms at width 7.
-    _ran(costs, "tree", 2, 5, 9.0, 33.0 + 3.0)
-    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(39.0 + 3.0 + 9.0 / 2 * 3)
+    _ran(costs, "tree", 2, 5, 9.0, 30.0 + 3.0)
+    assert costs.estimate(Shape(4, 3, 6)) == pytest.approx(30.0 + 3.0 + 9.0 / 2 * 3)
     pinned = StepCosts(verify_ms={1: 10.0}, draft_ms=1.0)
     pinned.record("chain", 0, 1, 0.0, 99.0)
     assert pinned.estimate(None) == 10.0  # pinned costs ignore what calls measure
