@@ -276,11 +276,12 @@ class AdaptiveSchedule(Schedule):
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
         """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth
         once the ones before were accepted: its recent drafts (fading) over the call's whole record, over the setting's
-        (`record_evidence`) and the depth before (depth 1: the record alone, or the row's prior without one); at depth 1
-        plus `optimism` times a bonus that grows with the steps since the last draft and shrinks with the drafts made."""
+        (`record_evidence`) and the depth before (depth 1: the record alone, or the row's prior without one); plus
+        `optimism` times a bonus that shrinks with the drafts made at the depth and grows with the steps since the
+        last draft (depth 1) or the call's steps (deeper: depth that pays is found while drafting shallow)."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
-        fade, log_streak = DECAY**streak, math.log1p(streak)
+        fade, log_streak, log_steps = DECAY**streak, math.log1p(streak), math.log1p(self.steps)
         out = []
         for hits, trials, all_hits, all_trials, prior in zip(
             pick(self.hits).tolist(), pick(self.trials).tolist(), pick(self.all_hits).tolist(),
@@ -292,8 +293,7 @@ class AdaptiveSchedule(Schedule):
                 weight = record_trials + start  # the start: the depth before's estimate (depth 1: the row's prior)
                 call = (all_hits[depth] + record_hits + start * call) / (all_trials[depth] + weight)
                 estimate = (fade * hits[depth] + weight * call) / (fade * trials[depth] + weight)
-                if depth == 0:
-                    estimate += optimism * math.sqrt(log_streak / (all_trials[0] + PRIOR_WEIGHT))
+                estimate += optimism * math.sqrt((log_steps if depth else log_streak) / (all_trials[depth] + PRIOR_WEIGHT))
                 row.append(min(1.0, estimate))
             out.append(row)
         return out
