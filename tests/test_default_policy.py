@@ -211,6 +211,24 @@ def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
     assert _depth(shallow) <= 2
 
 
+def test_a_call_drafting_short_chains_tries_longer_ones_soon_where_depth_pays():
+    """The first draft right every other step, every later one right: depth pays, but the start (0.3) says chains of
+    1. The bonus of a depth that sits out grows until it is tried; without it (exploration 0) depth is found later."""
+    found = {}
+    for exploration in (0.15, 0.0):
+        schedule = _schedule(StepCosts(verify_ms={1: 20.0, 2: 24.0, 3: 26.0, 4: 28.0, 7: 34.0}, draft_ms=1.0),
+                             exploration=exploration)
+        schedule.set_prior(torch.tensor([0.3]), torch.tensor([100]))
+        depths, drafted = [], 0
+        for _ in range(32):
+            depths.append(_depth(schedule))
+            drafted += depths[-1] > 0
+            _step(schedule, depths[-1], depths[-1] if drafted % 2 else 0)
+        found[exploration] = depths.index(6)
+        assert depths[0] == 1 and all(depth == 6 for depth in depths[found[exploration]:]), depths
+    assert found[0.15] <= 12 < 16 <= found[0.0], found
+
+
 def test_a_drafter_that_becomes_right_later_is_tried_again():
     schedule = _schedule(CPU_LIKE)
     _step(schedule, 0, 0)
