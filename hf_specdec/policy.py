@@ -261,7 +261,7 @@ class AdaptiveSchedule(Schedule):
         self.tree = None
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
-        self._tried_at = [0] * self.max_depth  # the step each depth was last drafted at (by any row)
+        self._drafted, self._tried_at = 0, [0] * self.max_depth  # drafting steps; the one each depth was last drafted in
         self._planned = (None, 0.0)  # the tree planned for the next step, and the tokens per row expected of it
         self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
 
@@ -278,11 +278,11 @@ class AdaptiveSchedule(Schedule):
         """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth
         once the ones before were accepted: its recent drafts (fading) over the call's whole record, over the setting's
         (`record_evidence`) and the depth before (depth 1: the record alone, or the row's prior without one); plus
-        `optimism` times a bonus that grows with the steps since the depth was last drafted and shrinks with the
-        drafts made at it (UCB's: a depth, or a drafter, that sits out is tried again, less often the more it was)."""
+        `optimism` times a bonus that shrinks with the drafts made at the depth and grows with the steps it sat out
+        (depth 1: since the last draft; deeper: the drafting steps since it was last drafted) (UCB's)."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
-        fade, sat_out = DECAY**streak, [math.log1p(self.steps - at) for at in self._tried_at]
+        fade, sat_out = DECAY**streak, [math.log1p(streak), *(math.log1p(self._drafted - at) for at in self._tried_at[1:])]
         out = []
         for hits, trials, all_hits, all_trials, prior in zip(
             pick(self.hits).tolist(), pick(self.trials).tolist(), pick(self.all_hits).tolist(),
@@ -336,7 +336,8 @@ class AdaptiveSchedule(Schedule):
                 self.rank_hits[1:width] = DECAY * self.rank_hits[1:width] + hits_all[:, :, 1:width].sum(dim=(0, 1))
             self.trials, self.hits = DECAY * self.trials + trials, DECAY * self.hits + hits
             self.all_trials, self.all_hits = self.all_trials + trials, self.all_hits + hits
-            self._tried_at = [self.steps if tried else at for tried, at in zip(trials.sum(dim=0).tolist(), self._tried_at)]
+            self._drafted += 1
+            self._tried_at = [self._drafted if tried else at for tried, at in zip(trials.sum(dim=0).tolist(), self._tried_at)]
         self._rows, self._left = rows, int(rows.sum()) if left is None else left
         self._plan()
 

@@ -229,6 +229,20 @@ def test_a_call_drafting_short_chains_tries_longer_ones_soon_where_depth_pays():
     assert found[0.15] <= 12 < 16 <= found[0.0], found
 
 
+def test_steps_without_a_draft_grow_only_the_first_depths_bonus():
+    """A drafter that sits out is probed by depth 1's bonus alone: deeper depths' bonuses grow only while drafting
+    (growing them too made each probe a longer chain, and settings where nothing pays ran below plain)."""
+    schedule = _schedule(CPU_LIKE)
+    schedule.set_prior(torch.tensor([0.05]), torch.tensor([100]))
+    for _ in range(40):
+        _step(schedule, 0, 0)
+    (bold,), (plain,) = schedule.alphas(0.15), schedule.alphas(0.0)
+    assert bold[0] > plain[0] + 0.05 and bold[1:] == plain[1:]
+    _step(schedule, 1, 1)  # a chain of 1 drafted: depth 2 sat out a drafting step
+    (bold,), (plain,) = schedule.alphas(0.15), schedule.alphas(0.0)
+    assert bold[0] == plain[0] and all(b > p for b, p in zip(bold[1:], plain[1:]))
+
+
 def test_a_drafter_that_becomes_right_later_is_tried_again():
     schedule = _schedule(CPU_LIKE)
     _step(schedule, 0, 0)
