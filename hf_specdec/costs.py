@@ -32,7 +32,7 @@ class StepCosts:
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
         self.pinned = verify_ms is not None  # pinned by hand: `record` and `remember` change nothing
         self._lock = threading.Lock()
-        self._samples: dict[tuple, deque] = {}  # (part, kind, size) -> ms of its latest steps
+        self._samples, self._medians = {}, {}  # (part, kind, size) -> its latest steps' ms; -> (trusted, their median)
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
@@ -54,11 +54,11 @@ class StepCosts:
                 if key[2] and key not in self._warm:
                     self._warm.add(key)
                 elif key[2]:
-                    self._samples.setdefault(key, deque(maxlen=SAMPLES)).append(ms)
-            medians = {key: (len(ms) >= TRUSTED, statistics.median(ms)) for key, ms in self._samples.items()}
-            trusted = {key: ms for key, (sure, ms) in medians.items() if sure}  # a size with fewer samples: by them,
-            self._median = {key: ms if sure else min(ms, _curve(trusted, *key) or ms)  # never above what the trusted
-                            for key, (sure, ms) in medians.items()}  # say (replaced whole: no half-updated table)
+                    (samples := self._samples.setdefault(key, deque(maxlen=SAMPLES))).append(ms)
+                    self._medians[key] = (len(samples) >= TRUSTED, statistics.median(samples))  # only what changed
+            trusted = {key: ms for key, (sure, ms) in self._medians.items() if sure}  # a size with fewer samples: by
+            self._median = {key: ms if sure else min(ms, _curve(trusted, *key) or ms)  # them, never above what the
+                            for key, (sure, ms) in self._medians.items()}  # trusted say (replaced whole)
 
     def remember(self, accepted: tuple | None, ranks: tuple) -> None:
         """A finished call's (hits, trials) of rank-1 drafts by depth (None: too few drafts to say) and its tree
@@ -92,8 +92,8 @@ class StepCosts:
 
 def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> float | None:
     """The `part` cost of `kind` at `size` from the measured points: between two linearly, beyond the widest as the
-    widest (`_line`); drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width plus the
-    median difference its measured widths showed (nothing measured: no difference)."""
+    widest (`_line`); drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width
+    plus the median difference its measured widths showed (nothing measured: no difference)."""
     points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
     if part == "verify" and kind == "chain":
         points = _never_cheaper(points)
