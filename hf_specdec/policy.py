@@ -261,7 +261,7 @@ class AdaptiveSchedule(Schedule):
         self.tree = None
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
-        self._drafted, self._tried_at = 0, [0] * self.max_depth  # drafting steps; the one each depth was last drafted in
+        self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
         self._planned = (None, 0.0)  # the tree planned for the next step, and the tokens per row expected of it
         self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
 
@@ -282,7 +282,7 @@ class AdaptiveSchedule(Schedule):
         (depth 1: since the last draft; deeper: the drafting steps since it was last drafted) (UCB's)."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
-        fade, sat_out = DECAY**streak, [math.log1p(streak), *(math.log1p(self._drafted - at) for at in self._tried_at[1:])]
+        fade, sat_out = DECAY**streak, [math.log1p(streak), *(math.log1p(self._drafted - at) for at in self._tried_at)]
         out = []
         for hits, trials, all_hits, all_trials, prior in zip(
             pick(self.hits).tolist(), pick(self.trials).tolist(), pick(self.all_hits).tolist(),
@@ -337,7 +337,7 @@ class AdaptiveSchedule(Schedule):
             self.trials, self.hits = DECAY * self.trials + trials, DECAY * self.hits + hits
             self.all_trials, self.all_hits = self.all_trials + trials, self.all_hits + hits
             self._drafted += 1
-            self._tried_at = [self._drafted if tried else at for tried, at in zip(trials.sum(dim=0).tolist(), self._tried_at)]
+            self._tried_at = [self._drafted if tried else at for tried, at in zip(trials[:, 1:].sum(dim=0).tolist(), self._tried_at)]
         self._rows, self._left = rows, int(rows.sum()) if left is None else left
         self._plan()
 
