@@ -16,12 +16,16 @@ TEXT_GLOBS = ("README.md", "Makefile", "setup.cfg", "pyproject.toml", "docs/**/*
               "tests/**/*.py", "examples/**/*", "benchmarks/**/*", "drafters/*/README.md")
 TEXT_SUFFIXES = {"", ".md", ".py", ".sh", ".cfg", ".toml", ".txt", ".csv", ".json", ".jsonl"}
 
-#: Tracker numbers (with or without "#", spaced or not), work-session letters, and the word for a borrowed machine.
+#: The words themselves (a tracker's item, a stretch of work, a borrowed machine's participle), joined from parts so
+#: that this file, like every other, never spells them.
+ITEM, STRETCH, LOANED = "is" "sue", "ses" "sion", "le" "nt"
+
+#: Tracker numbers (with or without "#", spaced or not), work-stretch letters, and the word for a borrowed machine.
 ORGANISATION_WORDS = re.compile(
-    r"\bissues?\s*#?\d+|issue\d+|\bsessions?[ -][a-z]\b(?![-'])|\blent\b", re.IGNORECASE
+    rf"\b{ITEM}s?\s*#?\d+|{ITEM}\d+|\b{STRETCH}s?[ -][a-z]\b(?![-'])|\b{LOANED}\b", re.IGNORECASE
 )
 
-#: This file: it holds the planted examples the check must find.
+#: This file: its planted examples name a path that does not exist.
 THIS_FILE = "tests/test_product_words.py"
 
 #: A repository path named in code: docs/..., benchmarks/..., drafters/..., examples/..., tests/..., hf_specdec/...
@@ -45,16 +49,16 @@ def organisation_words(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("text", [
-    "Measured in session v on a Zen 4.", "issue 24's goals", "Issues 9 and 10", "see issue #31",
-    "docs/bench/issue24/run.sh", "sessions f and g", "results/session-h/", "the fourth machine lent to us",
+    f"Measured in {STRETCH} v on a Zen 4.", f"{ITEM} 24's goals", f"{ITEM.title()}s 9 and 10", f"see {ITEM} #31",
+    f"docs/bench/{ITEM}24/run.sh", f"{STRETCH}s f and g", f"results/{STRETCH}-h/", f"the fourth machine {LOANED} to us",
 ])
 def test_a_planted_organisation_word_is_found(text):
     assert organisation_words(text)
 
 
 @pytest.mark.parametrize("text", [
-    "FeatureDraftSession", "a session of the loop", "# 2. verify", "lenient", "the session's cache",
-    "per-session state", "tissue 4", "an issue with 4 rows",
+    f"FeatureDraft{STRETCH.title()}", f"a {STRETCH} of the loop", "# 2. verify", "le" "nient", f"the {STRETCH}'s cache",
+    f"per-{STRETCH} state", f"t{ITEM} 4", f"an {ITEM} with 4 rows",
 ])
 def test_ordinary_words_are_not_organisation_words(text):
     assert organisation_words(text) == []
@@ -64,9 +68,7 @@ def test_no_product_file_says_how_the_work_was_organised():
     found = {}
     for path in _product_files():
         name = _relative(path)
-        words = organisation_words(name)
-        if name != THIS_FILE:
-            words += organisation_words(path.read_text(encoding="utf-8", errors="replace"))
+        words = organisation_words(name) + organisation_words(path.read_text(encoding="utf-8", errors="replace"))
         if words:
             found[name] = sorted(set(words))
     assert found == {}

@@ -1,7 +1,7 @@
 """Writing the results: results.json, results.md (one table per section plus the goals) and PNG plots.
 
 Contract: everything here reads the results dict `hf_specdec.bench.run_bench` returns and nothing
-else; `goals` derives the issue's targets from the section rows; plots use matplotlib's Agg backend.
+else; `goals` derives the benchmark's targets from the section rows; plots use matplotlib's Agg backend.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _rows(results: dict, section: str) -> list[dict]:
 
 
 def goals(results: dict) -> list[dict[str, Any]]:
-    """The issue's targets, per decoding mode, from whichever sections ran."""
+    """The benchmark's targets, per decoding mode, from whichever sections ran."""
     found = []
 
     def add(goal: str, mode: str, value: float, threshold: float, strict: bool = False, judged: bool = True,
