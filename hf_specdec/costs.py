@@ -105,7 +105,7 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
     widest = max((key[2] for key in table if key[0] == "verify"), default=0)
     if reach and size > reach * widest:
         return None
-    if kind == "chain":  # (its points are the pooled chain curve already)
+    if kind == "chain":  # (its points are the floored chain curve already)
         return _line(points, size)
     chains = _never_cheaper({key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")})
     base = _line(chains, size)
@@ -114,17 +114,11 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
 
 
 def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
-    """The measured widths' costs made monotone by pooling each run of widths that measured cheaper than a narrower
-    one to their mean (isotonic regression): scoring more tokens never costs less, so a wider forward that measured
-    cheaper cannot make a draft nobody accepts look free, nor one noisy width price every wider one out."""
-    blocks = []  # [total ms, widths] of pooled runs, means rising
-    for width in sorted(points):
-        blocks.append([points[width], [width]])
-        while len(blocks) > 1 and blocks[-2][0] / len(blocks[-2][1]) > blocks[-1][0] / len(blocks[-1][1]):
-            total, widths = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += widths
-    return {width: total / len(widths) for total, widths in blocks for width in widths}
+    """The measured widths' costs, none below the plain step's (width 1): a wider forward that measured cheaper cannot
+    make a draft nobody accepts look free. Widths are otherwise priced as measured: a 4-token forward may cost less
+    than a 3-token one (fp32 on some CPUs), and the median of a width's samples already absorbs a busy moment."""
+    floor = points.get(1, 0.0)
+    return {width: max(ms, floor) for width, ms in points.items()}
 
 
 def _line(points: dict[int, float], size: int) -> float | None:
