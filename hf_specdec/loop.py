@@ -198,7 +198,7 @@ def speculative_decode(
                     schedule.set_prior(*agreement(step.prompt_logits, *guess, pad_lens, lens, do_sample,
                                                   generation_config.temperature if do_sample else 1.0))
         timed = None
-        if not prefill:
+        if not prefill and schedule.timed:
             kind = "tree" if step.nodes is not None else "chain"
             depth = int(step.num_drafted.max()) if kind == "tree" else step.width - 1
             if kind == "chain" or depth:  # (a tree of the root alone, where no row had room, prices no shape)

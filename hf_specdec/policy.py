@@ -185,6 +185,9 @@ class Schedule:
     tree: TreeDraftPolicy | None = None
     #: The agreement on the prompt, if the schedule reads it (`set_prior`).
     wants_prior: bool = False
+    #: Whether the loop records this call's step times in the setting's StepCosts: the default's calls only, so what
+    #: it knows of a shape is what its own steps measured (a fixed shape's calls teach it nothing).
+    timed: bool = False
 
     def __init__(self, policy: DraftPolicy, batch_size: int, device: torch.device):
         self.policy = policy
@@ -241,6 +244,8 @@ def record_evidence(calls, depths: int) -> list[tuple[float, float]]:
 class AdaptiveSchedule(Schedule):
     """CostAwareDraftPolicy's state for one call: decayed acceptance counts per row and depth (rank 1) and per tree
     rank, the rows' priors (from the setting's record or the prompt), and the step count the bonus grows with."""
+
+    timed = True
 
     def __init__(self, policy: CostAwareDraftPolicy, batch_size: int, device: torch.device, costs,
                  menu: tuple[Shape, ...], prior: float | None):

@@ -9,7 +9,8 @@ import torch
 import tiny_models
 from hf_specdec.costs import StepCosts, reset_costs
 from hf_specdec.policy import (
-    MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Shape, best_shape, expected_tokens, record_evidence,
+    MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Shape, TreeDraftPolicy, best_shape, expected_tokens,
+    record_evidence,
 )
 from hf_specdec.tree import tree_outcomes
 from hf_specdec.verify import agreement
@@ -433,3 +434,19 @@ def test_the_prompt_prior_reaches_the_call(target, partial_drafter, unrelated_dr
         policy_module.AdaptiveSchedule.set_prior = real_set_prior
     partial, unrelated = priors[0], priors[1]
     assert partial.min() > unrelated.max() and len(priors) == 3
+
+
+def test_only_the_defaults_own_steps_price_its_shapes(target, partial_drafter):
+    """A fixed shape's calls record nothing: the default knows of a shape only what its own steps measured."""
+    from hf_specdec import ModelDrafter
+    from hf_specdec.costs import costs_for
+
+    input_ids, mask = tiny_models.prompts(1, seed=5)
+    reset_costs()
+    setting = costs_for(target, ModelDrafter(partial_drafter), torch.device("cpu"), 1, False)
+    kwargs = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, drafter=partial_drafter)
+    target.generate(input_ids, gamma=3, **kwargs)
+    target.generate(input_ids, gamma=TreeDraftPolicy(top_k=2, max_depth=2, max_nodes=4), **kwargs)
+    assert setting.measured() == {}
+    target.generate(input_ids, **kwargs)
+    assert ("verify", "chain", 1) in setting.measured()
