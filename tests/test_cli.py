@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 import _tiny
 from hf_specdec.cli import main

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-import hf_specdec
+import hf_specdec  # noqa: F401  (installs the drafter= keyword)
 import tiny_models
 from hf_specdec.cpu import PACKED, available, pack_linears, unpack_linears
 

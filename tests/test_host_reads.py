@@ -2,7 +2,6 @@
 Counted here on the CPU, by the aten ops that read a tensor's values on the host (`int()`, `bool()`, `.item()`,
 `.tolist()`, `nonzero`, ...): what each would cost on a GPU is measured on one (docs/results.md), not here."""
 
-import collections
 import functools
 
 import pytest

@@ -8,7 +8,7 @@ import hf_specdec
 import tiny_models
 from hf_specdec.bench.other_tokenizer import regathered, renumbered_tokenizer
 from hf_specdec.drafters.translated import TranslatedDraftSession, translate_draft
-from joint_util import PROMPT_A, exact_joint, joint_chi_square, padded_pair_fits, sample_continuations
+from joint_util import PROMPT_A, joint_chi_square, padded_pair_fits, sample_continuations
 
 
 def renumbered(model, tokenizer, **options):

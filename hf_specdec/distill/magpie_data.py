@@ -33,7 +33,7 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .data import build_prompts, encode_prompt, eos_ids
+from .data import build_prompts, eos_ids
 from .generation import PLACEHOLDER, Engine, RowOptions, Sampling, TorchEngine, magpie_prefix
 
 # (kind, opening the target continues its request from, weight). "" lets it write freely (plain Magpie).

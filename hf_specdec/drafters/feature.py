@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import threading
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -31,7 +30,7 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 from hf_specdec.attention import MAX_PACKED_TOKENS, attend_packed
 from hf_specdec.cache import CachedModel
 from hf_specdec.cpu import computes_bf16
-from hf_specdec.drafters.base import Draft, DraftContext, Drafter, DraftSession, TargetFeatures, declared_acceptance
+from hf_specdec.drafters.base import Draft, DraftContext, Drafter, TargetFeatures, declared_acceptance
 from hf_specdec.drafters.model import ModelDraftSession
 from hf_specdec.tree import DraftTree, build_tree
 from hf_specdec.errors import IncompatibleDrafterError
