@@ -68,17 +68,22 @@ def write_learning_curve(out_dir: Path, history: list[dict]) -> None:
 def head_step_ratio(target, head, new_tokens: int = 16) -> dict:
     """ms of one head drafting step (as the loop measured it in a call drafting one token per step) and of one plain
     generate() step of the target, at batch 1 on a random 64-token prompt, and their ratio."""
-    import time
-
     from hf_specdec.costs import costs_for
     from hf_specdec.dispatch import generate_with_drafter
     from hf_specdec.drafters.feature import FeatureDrafter
+    from hf_specdec.policy import DraftPolicy
+
+    class TimedChains(DraftPolicy):  # a fixed chain whose steps the loop times (it times only the default's otherwise)
+        def start(self, batch_size, device, **call):
+            schedule = super().start(batch_size, device, **call)
+            schedule.timed = True
+            return schedule
 
     drafter, device = FeatureDrafter(head), target.device
     ids = torch.randint(0, target.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0)).to(device)
     lengths = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                    do_sample=False)
-    generate_with_drafter(target, drafter, ids, gamma=1, **lengths)
+    generate_with_drafter(target, drafter, ids, gamma=TimedChains(max_gamma=1), **lengths)
     head_ms = costs_for(target, drafter, device, 1, False).measured()[("draft", "chain", 1)]
     start = time.perf_counter()
     target.generate(ids, **lengths)
