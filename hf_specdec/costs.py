@@ -2,7 +2,8 @@
 
 Contract: `costs_for(target, drafter, device, rows, do_sample)` returns the setting's `StepCosts` (target, drafter
 model, device, dtype, rows, torch threads, greedy or sampled), shared by its calls from any thread; the loop `record`s
-each step's drafting and verifying time and the default policy asks `estimate(shape)`. Output never depends on them.
+each of the default's steps' drafting and verifying time (`Schedule.timed`) and the default asks `estimate(shape)`.
+Output never depends on them.
 Nothing here runs a model. `reset_costs()` forgets every setting (after moving a model, once a busy machine is idle).
 """
 
