@@ -342,7 +342,7 @@ class AdaptiveSchedule(Schedule):
             self.trials, self.hits = DECAY * self.trials + trials, DECAY * self.hits + hits
             self.all_trials, self.all_hits = self.all_trials + trials, self.all_hits + hits
             self._drafted += 1
-            self._tried_at = [self._drafted if tried else at for tried, at in zip(trials[:, 1:].sum(dim=0).tolist(), self._tried_at)]
+            self._tried_at = [self._drafted if t else at for t, at in zip(trials[:, 1:].any(0).tolist(), self._tried_at)]
         self._rows, self._left = rows, int(rows.sum()) if left is None else left
         self._plan()
 

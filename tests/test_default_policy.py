@@ -320,7 +320,8 @@ def test_a_draft_nobody_accepts_never_pays_however_cheap_a_wider_forward_measure
 def test_each_width_is_priced_as_measured_and_never_below_a_plain_step():
     # fp32 on a Zen 5 core: a 3-token forward costs more than a 4-token one; a chain of 3 must not pay for it.
     costs = StepCosts(verify_ms={1: 40.0, 2: 63.0, 3: 80.0, 4: 63.0, 6: 73.0}, draft_ms=1.0)
-    assert [costs.estimate(Shape(0, depth, depth)) - 1.0 * depth for depth in range(1, 6)] == [63.0, 80.0, 63.0, 68.0, 73.0]
+    widths = [costs.estimate(Shape(0, depth, depth)) - 1.0 * depth for depth in range(1, 6)]
+    assert widths == [63.0, 80.0, 63.0, 68.0, 73.0]
     cheap = StepCosts(verify_ms={1: 33.0, 2: 31.0, 4: 30.0}, draft_ms=1.0)  # bf16: wider forwards measured cheaper
     assert [cheap.estimate(Shape(0, depth, depth)) - 1.0 * depth for depth in (1, 2, 3)] == [33.0, 33.0, 33.0]
 
