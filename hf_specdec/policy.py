@@ -124,7 +124,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
     trees of `TREE_MENU` with the most expected committed tokens per millisecond: acceptance is the call's own per row
     and depth (and tree rank), from the setting's recent calls (its first: from the prompt); step costs and what each
-    tree delivers are measured as calls run (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that
+    shape delivers are measured as calls run (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that
     could pay stays untried. docs/policies.md.
 
     Args:
@@ -267,7 +267,7 @@ class AdaptiveSchedule(Schedule):
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
-        self._planned = (None, 0.0)  # the tree planned for the next step, and the tokens per row expected of it
+        self._planned = (None, 0.0)  # the shape planned for the next step, and the tokens per row expected of it
         self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
@@ -324,9 +324,9 @@ class AdaptiveSchedule(Schedule):
             self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade
             self._evidence_at = self.steps
             accepted = num_accepted.cpu()
-            shape, expected = self._planned  # what a tree delivered (a chain's outcomes are the model's evidence)
+            shape, expected = self._planned  # what the step delivered against what its estimates promised
             if shape is not None:
-                self.costs.deliver(shape, float((accepted[rows] + 1).double().mean()), expected)
+                self.costs.deliver(shape, float((accepted[row_drafts > 0] + 1).double().mean()), expected)
             depth = torch.arange(1, self.max_depth + 1)
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
                 trials = ((depth <= row_drafts[:, None]) & (depth <= accepted[:, None] + 1)).double()
@@ -349,8 +349,8 @@ class AdaptiveSchedule(Schedule):
     def _plan(self) -> None:
         shape = self._best(self._rows, self.policy.exploration)
         self.tree = shape.as_tree() if shape is not None and shape.top_k else None
-        expected = statistics.fmean(expected_tokens(self.alphas(0.0, self._rows), self.ranks(), shape)) if self.tree else 0.0
-        self._planned = (shape if self.tree else None, expected)  # a tree, and what it is expected to commit per row
+        expected = statistics.fmean(expected_tokens(self.alphas(0.0, self._rows), self.ranks(), shape)) if shape else 0.0
+        self._planned = (shape, expected)  # the shape, and what it is expected to commit per row
         self._depth = 0 if shape is None or shape.top_k else shape.depth
         self.lengths = torch.full(self._rows.shape, self._depth, dtype=torch.long, device=self.device)
 
@@ -364,8 +364,8 @@ class AdaptiveSchedule(Schedule):
         return best_shape(self.alphas(optimism, rows), self.ranks(), self._cost, self.menu, gain)
 
     def _cost(self, shape: Shape | None) -> float | None:
-        """A step's ms, a tree's over what its steps committed of the tokens the chains' acceptance and the rank priors
-        expected of them (in sampling a tree's top-k drafts are accepted less often than a chain's sampled ones)."""
+        """A step's ms over what the shape's steps committed of the tokens its estimates promised (deep depths pooled
+        over calls run high; in sampling a tree's top-k drafts are accepted less often than a chain's sampled ones)."""
         ms, (got, want) = self.costs.estimate(shape), self.costs.delivered.get(shape, (0.0, 0.0))
         return ms if ms is None else ms * (want + DELIVERY_PRIOR) / (got + DELIVERY_PRIOR)
 

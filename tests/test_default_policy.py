@@ -186,6 +186,34 @@ def test_a_tree_that_delivers_less_than_its_model_expects_is_priced_by_what_it_d
     assert pinned.delivered == {}
 
 
+def test_a_chain_is_priced_by_what_its_steps_commit_against_what_its_estimates_promised():
+    # A record pooled over a setting's calls holds its deep depths at what the prompts that reach them accept (the
+    # good ones). A chain whose steps commit less than the estimates promised costs more per token promised: the
+    # setting's next call drafts less deep. Steps that commit what was promised change nothing.
+    def setting():
+        costs = _measured()
+        for width in (3, 4, 5):
+            _ran(costs, "chain", width - 1, width, 2.0 * (width - 1), 20.0 + 2 * width)
+        for _ in range(16):
+            costs.remember(((14.0, 20.0), (12.0, 14.0), (10.0, 12.0), (8.0, 10.0)), ())
+        return costs
+
+    costs, kept = setting(), setting()
+    first = _schedule(costs)
+    _step(first, 0, 0)  # the prefill
+    shape, expected = first._planned
+    assert shape == Shape(0, _depth(first), _depth(first)) and shape.depth >= 3 and expected > 2.5
+    _step(first, shape.depth, 0)  # every draft rejected: one token committed where `expected` were promised
+    assert costs.delivered[shape] == pytest.approx((1.0, expected))
+    for _ in range(40):
+        costs.deliver(shape, 1.0 + (expected - 1.0) / 2, expected)
+        kept.deliver(shape, expected, expected)
+    later, same = _schedule(costs), _schedule(kept)
+    _step(later, 0, 0)
+    _step(same, 0, 0)
+    assert 0 < _depth(later) < shape.depth and _depth(same) == shape.depth
+
+
 def test_a_trees_children_acceptance_carries_over_to_the_settings_next_call():
     costs = _measured()
     _ran(costs, "tree", 3, 9, 6.0, 23.0)
