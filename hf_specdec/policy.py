@@ -261,13 +261,12 @@ class AdaptiveSchedule(Schedule):
         self.rank_hits, self.rank_trials = torch.zeros(2, self.max_rank).double()  # [rank] fading, ranks 2.. (0: unused)
         for rank, (hits, trials) in enumerate(costs.ranks[: self.max_rank]):  # the last call's
             self.rank_hits[rank], self.rank_trials[rank] = hits, trials
-        self.steps = 0
+        self.steps, self.tree = 0, None
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # the prefill is a plain step
-        self.tree = None
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
-        self._planned = (None, 0.0)  # the shape planned for the next step, and the tokens per row expected of it
+        self._planned = (None, None)  # the shape planned for the next step, and the rows' acceptance it was planned on
         self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
@@ -319,14 +318,15 @@ class AdaptiveSchedule(Schedule):
         rows = active.cpu()
         row_drafts = num_drafted.cpu() * rows  # [batch]
         if bool(row_drafts.any()):
+            accepted, drafting = num_accepted.cpu(), row_drafts.nonzero().flatten().tolist()
+            shape, alphas = self._planned  # what the step committed against what its plan's estimates promised
+            if shape is not None:
+                promised = expected_tokens([alphas[b] for b in drafting], self.ranks(), shape, row_drafts[drafting])
+                self.costs.deliver(shape, float((accepted[drafting] + 1).double().mean()), statistics.fmean(promised))
             fade = DECAY ** (self.steps - 1 - self._evidence_at)  # evidence fades with the steps since the last draft
             self.hits, self.trials = self.hits * fade, self.trials * fade
             self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade
             self._evidence_at = self.steps
-            accepted = num_accepted.cpu()
-            shape, expected = self._planned  # what the step delivered against what its estimates promised
-            if shape is not None:
-                self.costs.deliver(shape, float((accepted[row_drafts > 0] + 1).double().mean()), expected)
             depth = torch.arange(1, self.max_depth + 1)
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
                 trials = ((depth <= row_drafts[:, None]) & (depth <= accepted[:, None] + 1)).double()
@@ -349,8 +349,7 @@ class AdaptiveSchedule(Schedule):
     def _plan(self) -> None:
         shape = self._best(self._rows, self.policy.exploration)
         self.tree = shape.as_tree() if shape is not None and shape.top_k else None
-        expected = statistics.fmean(expected_tokens(self.alphas(0.0, self._rows), self.ranks(), shape)) if shape else 0.0
-        self._planned = (shape, expected)  # the shape, and what it is expected to commit per row
+        self._planned = (shape, self.alphas() if shape else None)  # the shape, and the rows' acceptance it was planned on
         self._depth = 0 if shape is None or shape.top_k else shape.depth
         self.lengths = torch.full(self._rows.shape, self._depth, dtype=torch.long, device=self.device)
 
@@ -378,14 +377,15 @@ class AdaptiveSchedule(Schedule):
         return self._best(active.cpu(), optimism=0.0) is not None
 
 
-def expected_tokens(alphas, ranks: list[float], shape: Shape) -> list[float]:
+def expected_tokens(alphas, ranks: list[float], shape: Shape, drafts: torch.Tensor | None = None) -> list[float]:
     """Per row of `alphas` ([rows][depth] floats, or a tensor): tokens a step of `shape` commits on average: 1 + the
     sum over its nodes of the acceptances' product along the node's path (rank-1 child at depth d: alphas[row][d - 1];
-    rank k: ranks[k - 2]); a chain's 1 + a1 + a1 a2 + ... (Leviathan et al.), a tree's `nodes` most valuable nodes
-    (best-first), on the rows' mean: one tree shape serves every row."""
+    rank k: ranks[k - 2]); a chain's 1 + a1 + a1 a2 + ... up to the row's `drafts` ([rows]; default: the depth), a
+    tree's `nodes` most valuable nodes (best-first), on the rows' mean: one tree shape serves every row."""
     alphas = alphas.tolist() if isinstance(alphas, torch.Tensor) else alphas
     if shape.top_k == 0:
-        return [1.0 + sum(math.prod(row[:depth]) for depth in range(1, shape.depth + 1)) for row in alphas]
+        depths = [shape.depth] * len(alphas) if drafts is None else drafts.tolist()
+        return [1.0 + sum(math.prod(row[:depth]) for depth in range(1, n + 1)) for row, n in zip(alphas, depths)]
     mean = [sum(column) / len(alphas) for column in zip(*alphas)]
     return [_tree_tokens(tuple(round(a, 3) for a in mean), tuple(round(r, 3) for r in ranks), shape)] * len(alphas)
 

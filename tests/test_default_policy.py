@@ -174,7 +174,8 @@ def test_a_tree_that_delivers_less_than_its_model_expects_is_priced_by_what_it_d
     costs.remember(((60.0, 100.0),), ((0.0, 0.0), (40.0, 100.0)))
     tree = _schedule(costs, trees=True)
     _step(tree, 0, 0)
-    shape, expected = tree._planned
+    shape, alphas = tree._planned
+    expected = expected_tokens(alphas, tree.ranks(), shape)[0]
     assert shape is not None and shape.top_k and expected > 2.0
     for _ in range(20):
         costs.deliver(shape, expected / 2, expected)
@@ -201,10 +202,17 @@ def test_a_chain_is_priced_by_what_its_steps_commit_against_what_its_estimates_p
     costs, kept = setting(), setting()
     first = _schedule(costs)
     _step(first, 0, 0)  # the prefill
-    shape, expected = first._planned
+    shape, alphas = first._planned
+    expected = expected_tokens(alphas, [], shape)[0]
     assert shape == Shape(0, _depth(first), _depth(first)) and shape.depth >= 3 and expected > 2.5
     _step(first, shape.depth, 0)  # every draft rejected: one token committed where `expected` were promised
     assert costs.delivered[shape] == pytest.approx((1.0, expected))
+    # A row that drafted fewer than planned (prompt lookup's match ran out) is held to what its drafts promised.
+    short = _schedule(setting())
+    _step(short, 0, 0)
+    alphas = short._planned[1]
+    _step(short, 1, 1)
+    assert short.costs.delivered[shape] == pytest.approx((2.0, 1.0 + alphas[0][0]))
     for _ in range(40):
         costs.deliver(shape, 1.0 + (expected - 1.0) / 2, expected)
         kept.deliver(shape, expected, expected)
