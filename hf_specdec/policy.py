@@ -320,7 +320,7 @@ class AdaptiveSchedule(Schedule):
         if bool(row_drafts.any()):
             accepted, drafting = num_accepted.cpu(), row_drafts.nonzero().flatten().tolist()
             shape, alphas = self._planned  # what the step committed against what its plan's estimates promised
-            if shape is not None:
+            if shape is not None and (shape.top_k or not self.wants_prior):  # (a chain: the record's bias)
                 promised = expected_tokens([alphas[b] for b in drafting], self.ranks(), shape, row_drafts[drafting])
                 self.costs.deliver(shape, float((accepted[drafting] + 1).double().mean()), statistics.fmean(promised))
             fade = DECAY ** (self.steps - 1 - self._evidence_at)  # evidence fades with the steps since the last draft

@@ -207,6 +207,14 @@ def test_a_chain_is_priced_by_what_its_steps_commit_against_what_its_estimates_p
     assert shape == Shape(0, _depth(first), _depth(first)) and shape.depth >= 3 and expected > 2.5
     _step(first, shape.depth, 0)  # every draft rejected: one token committed where `expected` were promised
     assert costs.delivered[shape] == pytest.approx((1.0, expected))
+    # A setting's first calls start from the prompt, not a record: the call's own drafts correct their estimates, and
+    # what their chains deliver calibrates nothing.
+    unrecorded = _measured()
+    fresh = _schedule(unrecorded)
+    fresh.set_prior(torch.tensor([0.9]), torch.tensor([100]))
+    assert fresh.wants_prior and _depth(fresh) > 0
+    _step(fresh, _depth(fresh), 0)
+    assert unrecorded.delivered == {}
     # A row that drafted fewer than planned (prompt lookup's match ran out) is held to what its drafts promised.
     short = _schedule(setting())
     _step(short, 0, 0)
