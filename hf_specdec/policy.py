@@ -266,7 +266,7 @@ class AdaptiveSchedule(Schedule):
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
         self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
-        self._planned = (None, None)  # the shape planned for the next step, and the rows' acceptance it was planned on
+        self._planned = (None, None)  # the shape the next step calibrates, and the rows' acceptance it was planned on
         self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
@@ -320,13 +320,12 @@ class AdaptiveSchedule(Schedule):
         if bool(row_drafts.any()):
             accepted, drafting = num_accepted.cpu(), row_drafts.nonzero().flatten().tolist()
             shape, alphas = self._planned  # what the step committed against what its plan's estimates promised
-            if shape is not None and (shape.top_k or not self.wants_prior):  # (a chain: the record's bias)
+            if shape is not None:
                 promised = expected_tokens([alphas[b] for b in drafting], self.ranks(), shape, row_drafts[drafting])
                 self.costs.deliver(shape, float((accepted[drafting] + 1).double().mean()), statistics.fmean(promised))
             fade = DECAY ** (self.steps - 1 - self._evidence_at)  # evidence fades with the steps since the last draft
-            self.hits, self.trials = self.hits * fade, self.trials * fade
+            self.hits, self.trials, self._evidence_at = self.hits * fade, self.trials * fade, self.steps
             self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade
-            self._evidence_at = self.steps
             depth = torch.arange(1, self.max_depth + 1)
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
                 trials = ((depth <= row_drafts[:, None]) & (depth <= accepted[:, None] + 1)).double()
@@ -349,7 +348,8 @@ class AdaptiveSchedule(Schedule):
     def _plan(self) -> None:
         shape = self._best(self._rows, self.policy.exploration)
         self.tree = shape.as_tree() if shape is not None and shape.top_k else None
-        self._planned = (shape, self.alphas() if shape else None)  # the shape, and the rows' acceptance it was planned on
+        calibrated = shape is not None and (shape.top_k or not self.wants_prior)  # (a chain: the record's bias)
+        self._planned = (shape, self.alphas()) if calibrated else (None, None)  # and the acceptance it was planned on
         self._depth = 0 if shape is None or shape.top_k else shape.depth
         self.lengths = torch.full(self._rows.shape, self._depth, dtype=torch.long, device=self.device)
 
