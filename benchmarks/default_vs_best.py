@@ -9,6 +9,8 @@ tenth identical one (each relative to a plain call next to it).
 
 Run: python benchmarks/default_vs_best.py --out benchmarks/data/default_vs_best.json   (add --quick for a smoke run)
 Table of recorded runs: python benchmarks/default_vs_best.py --table benchmarks/data/default_vs_best.json
+    (runs of one setting at one commit, e.g. the same command in three processes, are pooled into one row: a process's
+    decisions and timings move together, so its calls are not independent draws; pooling processes is.)
 First call: python benchmarks/default_vs_best.py --first-call --drafters head --dtypes bfloat16 --batch-sizes 1
     --out benchmarks/data/default_first_call_b1.json
 """
@@ -30,6 +32,7 @@ import torch
 
 import hf_specdec
 from hf_specdec import TreeDraftPolicy
+from hf_specdec.bench.measure import median_interval
 from hf_specdec.bench.models import load_pair, unrelated_drafter
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode, grounded_prompts
 
@@ -136,39 +139,59 @@ def load(dtype: str, drafter_kind: str):
 
 
 def interval(values: list[float]) -> tuple[float, float] | None:
-    """The 2nd smallest and 2nd largest of at least 5 paired ratios (covering the median ~90 % of the time at 8)."""
-    if len(values) < 5:
-        return None
-    ordered = sorted(values)
-    return ordered[1], ordered[-2]
+    """The median's distribution-free 90 % interval over paired ratios (8: the 2nd smallest and 2nd largest)."""
+    bracket = median_interval(values)
+    return None if bracket is None else bracket[:2]
+
+
+def pooled(paths: list[Path]) -> list[tuple[dict, dict, int]]:
+    """(record, row, runs) per setting of recorded runs: the runs of one setting at one commit on one machine and thread
+    count (separate processes: a process's decisions and timings move together) pooled into one row, their paired
+    ratios together, the best fixed shape and the medians taken over the pool."""
+    rows: dict[tuple, tuple[dict, dict, int]] = {}
+    for path in paths:
+        record = json.loads(path.read_text())
+        for row in record["settings"]:
+            key = (row.get("commit", record["commit"]), record["machine"], record.get("threads", 1), row["drafter"],
+                   row["dtype"], row["mode"], row["batch"])
+            if key in rows:
+                first, pool, runs = rows[key]
+                ratios = {name: pool["ratios"][name] + row["ratios"][name] for name in pool["ratios"]}
+                rows[key] = (first, {**pool, "ratios": ratios}, runs + 1)
+            else:
+                rows[key] = (record, row, 1)
+    out = []
+    for record, row, runs in rows.values():
+        medians = {name: statistics.median(values) for name, values in row["ratios"].items()}
+        best = max(FIXED, key=medians.get)
+        out.append((record, {**row, "default": medians["default"], "aa": medians["plain again"], "best_fixed": best},
+                    runs))
+    return out
 
 
 def table(paths: list[Path]) -> str:
-    """The markdown table and the goals' aggregates of recorded runs."""
-    lines = ["| date | commit | machine | drafter | dtype | mode | batch | default × plain | best fixed (× plain) | "
-             "default / best fixed (90 % interval) | A/A |", "|" + "---|" * 11]
+    """The markdown table and the goals' aggregates of recorded runs (runs of a setting at one commit: pooled)."""
+    lines = ["| date | commit | machine | drafter | dtype | mode | batch | runs | default × plain | best fixed (× plain) | "
+             "default / best fixed (90 % interval) | A/A |", "|" + "---|" * 12]
     by_drafter: dict[str, list[float]] = {}
     versus_best, below_plain, misses = [], [], []
-    for path in paths:
-        record = json.loads(path.read_text())
-        machine = record["machine"]
-        for row in record["settings"]:
-            ratios = row["ratios"]
-            pairs = [d / b for d, b in zip(ratios["default"], ratios[row["best_fixed"]])]
-            bracket, paired = interval(pairs), statistics.median(pairs)
-            shown = f"{paired:.3f}" + (f" ({bracket[0]:.3f}–{bracket[1]:.3f})" if bracket else "")
-            best = statistics.median(ratios[row["best_fixed"]])
-            lines.append(f"| {record['date']} | {row.get('commit', record['commit'])} | {machine} | {row['drafter']} | {row['dtype']} | "
-                         f"{row['mode']} | {row['batch']} | {row['default']:.3f} | {row['best_fixed']} ({best:.3f}) | "
-                         f"{shown} | {row['aa']:.3f} |")
-            by_drafter.setdefault(row["drafter"], []).append(row["default"])
-            if row["drafter"] in ("head", "independent"):
-                versus_best.append(paired)
-                if bracket and bracket[1] < 0.90:
-                    misses.append(row)
-            if row["default"] < 1 - abs(1 - row["aa"]):
-                below_plain.append(f"{row['drafter']} {row['dtype']} {row['mode']} b{row['batch']} "
-                                   f"{row['default']:.3f} (A/A {row['aa']:.3f})")
+    for record, row, runs in pooled(paths):
+        ratios = row["ratios"]
+        pairs = [d / b for d, b in zip(ratios["default"], ratios[row["best_fixed"]])]
+        bracket, paired = interval(pairs), statistics.median(pairs)
+        shown = f"{paired:.3f}" + (f" ({bracket[0]:.3f}–{bracket[1]:.3f})" if bracket else "")
+        best = statistics.median(ratios[row["best_fixed"]])
+        lines.append(f"| {record['date']} | {row.get('commit', record['commit'])} | {record['machine']} | "
+                     f"{row['drafter']} | {row['dtype']} | {row['mode']} | {row['batch']} | {runs} | "
+                     f"{row['default']:.3f} | {row['best_fixed']} ({best:.3f}) | {shown} | {row['aa']:.3f} |")
+        by_drafter.setdefault(row["drafter"], []).append(row["default"])
+        if row["drafter"] in ("head", "independent"):
+            versus_best.append(paired)
+            if bracket and bracket[1] < 0.90:
+                misses.append(row)
+        if row["default"] < 1 - abs(1 - row["aa"]):
+            below_plain.append(f"{row['drafter']} {row['dtype']} {row['mode']} b{row['batch']} "
+                               f"{row['default']:.3f} (A/A {row['aa']:.3f})")
     geo = lambda values: math.exp(sum(map(math.log, values)) / len(values))
     lines += ["", f"- default / best fixed shape, head and independent drafter, geometric mean over "
                   f"{len(versus_best)} settings: {geo(versus_best):.3f}; settings whose interval lies below 0.90: "
