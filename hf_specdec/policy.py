@@ -226,10 +226,11 @@ class Schedule:
 PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR = 4.0, 32.0, 0.95, 0.5, 32.0
 
 
-def record_evidence(calls, depths: int) -> list[tuple[float, float]]:
+def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tuple[float, float]]:
     """[depth] (hits, trials) a setting's recent calls' rank-1 drafts ([call][depth] pairs) are worth to its next call:
     pooled, and scaled to the drafts their agreement at depth 1 is worth (a beta-binomial prior's strength by moments:
-    calls that differ by chance alone MAX_WEIGHT, calls that differ more fewer; under 4 calls PRIOR_WEIGHT)."""
+    calls that differ by chance alone MAX_WEIGHT, calls that differ more fewer; under 4 calls PRIOR_WEIGHT). Depth 1's
+    share counts PRIOR_WEIGHT drafts at `start` too: a few drafts, all rejected, do not price a drafter at zero."""
     pooled = [tuple(sum(call[depth][i] for call in calls if len(call) > depth) for i in (0, 1)) for depth in range(depths)]
     if not calls:
         return pooled
@@ -238,7 +239,8 @@ def record_evidence(calls, depths: int) -> list[tuple[float, float]]:
         chance = share * (1 - share) * statistics.fmean(1 / call[0][1] for call in calls)  # binomial spread alone
         spread = statistics.fmean((call[0][0] / call[0][1] - share) ** 2 for call in calls) - chance
         weight = min(MAX_WEIGHT, max(PRIOR_WEIGHT, share * (1 - share) / spread - 1 if spread > 0 else MAX_WEIGHT))
-    return [(hits * weight / pooled[0][1], trials * weight / pooled[0][1]) for hits, trials in pooled]
+    share = (pooled[0][0] + PRIOR_WEIGHT * start) / (pooled[0][1] + PRIOR_WEIGHT)
+    return [(share * weight, weight), *((h * weight / pooled[0][1], t * weight / pooled[0][1]) for h, t in pooled[1:])]
 
 
 class AdaptiveSchedule(Schedule):
@@ -250,21 +252,19 @@ class AdaptiveSchedule(Schedule):
     def __init__(self, policy: CostAwareDraftPolicy, batch_size: int, device: torch.device, costs,
                  menu: tuple[Shape, ...], prior: float | None):
         self.policy, self.costs, self.menu, self.device = policy, costs, menu, device
-        self.max_depth = max(shape.depth for shape in menu)
-        self.max_width = max(shape.width for shape in menu)
+        self.max_depth, self.max_width = max(shape.depth for shape in menu), max(shape.width for shape in menu)
         self.max_rank = max((shape.top_k for shape in menu), default=1) or 1
         self.declared = prior  # the drafter's own acceptance, if it declares one
-        self.record = record_evidence(costs.accepted, self.max_depth)  # [depth] (hits, trials) of recent calls
         self.prior = torch.full((batch_size,), DEFAULT_PRIOR if prior is None else prior, dtype=torch.float64)
+        self.record = record_evidence(costs.accepted, self.max_depth, float(self.prior[0]))  # [depth] (hits, trials)
         # [batch, depth] counts of rank-1 drafts: fading (hits, trials), and the call's whole (all_hits, all_trials)
         self.hits, self.trials, self.all_hits, self.all_trials = torch.zeros(4, batch_size, self.max_depth).double()
         self.rank_hits, self.rank_trials = torch.zeros(2, self.max_rank).double()  # [rank] fading, ranks 2.. (0: unused)
         for rank, (hits, trials) in enumerate(costs.ranks[: self.max_rank]):  # the last call's
             self.rank_hits[rank], self.rank_trials[rank] = hits, trials
-        self.steps, self.tree = 0, None
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # the prefill is a plain step
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
-        self._left, self._depth, self._evidence_at = -1, 0, 0  # -1: no plan yet, the first update makes one
+        self.steps, self.tree, self._left, self._depth, self._evidence_at = 0, None, -1, 0, 0  # _left -1: no plan yet
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
         self._planned = (None, None)  # the shape the next step calibrates, and the rows' acceptance it was planned on
         self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
@@ -281,7 +281,7 @@ class AdaptiveSchedule(Schedule):
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
         """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth
         once the ones before were accepted: its recent drafts (fading) over the call's whole record, over the setting's
-        (`record_evidence`) and the depth before (depth 1: the record alone, or the row's prior without one); plus
+        (`record_evidence`) and the depth before (depth 1: the record, or the row's prior without one); plus
         `optimism` times a bonus that shrinks with the drafts made at the depth and grows with the steps it sat out
         (depth 1: since the last draft; deeper: the drafting steps since it was last drafted) (UCB's)."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])

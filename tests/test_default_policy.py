@@ -118,9 +118,17 @@ def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_readi
         _step(first, 1, 0)
     first.done()
     assert costs.accepted == (((0.0, 8.0),) + ((0.0, 0.0),) * 5,)  # per depth: (hits, trials) of rank-1 drafts
-    never = _schedule(costs)
-    assert not never.wants_prior and never.alphas()[0][0] == 0.0
+    again = _schedule(costs)  # 8 drafts none accepted, and the start's 4 at 0.5: a drafter is not zero on so few
+    assert not again.wants_prior and again.alphas()[0][0] == pytest.approx(2 / 12)
     depths = []
+    for _ in range(48):
+        _step(again, depths[-1] if depths else 0, 0)
+        depths.append(_depth(again))
+    assert 0 < sum(depths) <= 4  # tried again, a few times (a record of zero from 8 drafts kept it plain for good)
+    for _ in range(3):
+        costs.remember(((0.0, 8.0),) + ((0.0, 0.0),) * 5, ())
+    never, depths = _schedule(costs), []  # four calls, 32 drafts, none accepted: worth 32 drafts at 2 / 36
+    assert never.alphas()[0][0] == pytest.approx(2 / 36)
     for _ in range(48):
         _step(never, depths[-1] if depths else 0, 0)
         depths.append(_depth(never))
@@ -129,8 +137,9 @@ def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_readi
     for hits in (16.0, 18.0, 14.0):
         right.remember(((hits, 20.0), (0.5 * hits, hits)), ())
     often = _schedule(right)
-    first_depth, second_depth = often.alphas()[0][:2]  # depth 2: the record's 0.5, pulled towards depth 1 (few calls)
-    assert not often.wants_prior and first_depth == pytest.approx(0.8) and 0.5 < second_depth < 0.7
+    # Depth 1: the record's 48 of 60 with the start's 4 at 0.5; depth 2: its 0.5, pulled towards depth 1 (few calls).
+    first_depth, second_depth = often.alphas()[0][:2]
+    assert not often.wants_prior and first_depth == pytest.approx(50 / 64) and 0.5 < second_depth < 0.7
     _step(often, 0, 0)  # the prefill
     assert _depth(often) > 0  # drafts from the first step after it
     pinned = StepCosts(verify_ms={1: 20.0, 2: 22.0}, draft_ms=2.0)  # by hand: no record, nothing beyond what is given
@@ -149,6 +158,9 @@ def test_a_record_is_worth_as_many_drafts_as_its_calls_agree():
     assert record_evidence([((2.0, 20.0),), ((18.0, 20.0),)] * 8, 1) == [(PRIOR_WEIGHT / 2, PRIOR_WEIGHT)]
     assert record_evidence([((10.0, 20.0),)] * 3, 1) == [(PRIOR_WEIGHT / 2, PRIOR_WEIGHT)]
     assert record_evidence([], 2) == [(0, 0), (0, 0)]
+    # Depth 1's share counts PRIOR_WEIGHT drafts at the start: one call's 4 rejected drafts read 0.25, not 0.
+    assert record_evidence([((0.0, 4.0),)], 1, start=0.5) == [(PRIOR_WEIGHT * 0.25, PRIOR_WEIGHT)]
+    assert record_evidence([((0.0, 4.0),)] * 8, 1, start=0.5)[0][0] == pytest.approx(MAX_WEIGHT * 2 / 36)
     # A record that agrees holds a call to it through early misses; a depth the record tried a few times only is
     # pulled towards the depth before, so a few misses there do not rule it out for good.
     costs = _measured()
