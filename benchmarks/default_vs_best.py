@@ -192,7 +192,7 @@ def table(paths: list[Path]) -> str:
         if row["default"] < 1 - abs(1 - row["aa"]):
             below_plain.append(f"{row['drafter']} {row['dtype']} {row['mode']} b{row['batch']} "
                                f"{row['default']:.3f} (A/A {row['aa']:.3f})")
-    geo = lambda values: math.exp(sum(map(math.log, values)) / len(values))
+    geo = lambda values: math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
     lines += ["", f"- default / best fixed shape, head and independent drafter, geometric mean over "
                   f"{len(versus_best)} settings: {geo(versus_best):.3f}; settings whose interval lies below 0.90: "
                   f"{len(misses)}"]
