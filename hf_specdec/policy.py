@@ -239,8 +239,8 @@ def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tu
         chance = share * (1 - share) * statistics.fmean(1 / call[0][1] for call in calls)  # binomial spread alone
         spread = statistics.fmean((call[0][0] / call[0][1] - share) ** 2 for call in calls) - chance
         weight = min(MAX_WEIGHT, max(PRIOR_WEIGHT, share * (1 - share) / spread - 1 if spread > 0 else MAX_WEIGHT))
-    share = (pooled[0][0] + PRIOR_WEIGHT * start) / (pooled[0][1] + PRIOR_WEIGHT)
-    return [(share * weight, weight), *((h * weight / pooled[0][1], t * weight / pooled[0][1]) for h, t in pooled[1:])]
+    first = (pooled[0][0] + PRIOR_WEIGHT * start) / (pooled[0][1] + PRIOR_WEIGHT)  # depth 1's share, with the start
+    return [(first * weight, weight), *((h * weight / pooled[0][1], t * weight / pooled[0][1]) for h, t in pooled[1:])]
 
 
 class AdaptiveSchedule(Schedule):

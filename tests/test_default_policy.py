@@ -124,7 +124,7 @@ def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_readi
     for _ in range(48):
         _step(again, depths[-1] if depths else 0, 0)
         depths.append(_depth(again))
-    assert 0 < sum(depths) <= 4  # tried again, a few times (a record of zero from 8 drafts kept it plain for good)
+    assert 0 < sum(depths) <= 4  # tried again, a few times: 8 rejected drafts do not rule a drafter out
     for _ in range(3):
         costs.remember(((0.0, 8.0),) + ((0.0, 0.0),) * 5, ())
     never, depths = _schedule(costs), []  # four calls, 32 drafts, none accepted: worth 32 drafts at 2 / 36
