@@ -3,8 +3,7 @@
 Contract: `costs_for(target, drafter, device, rows, do_sample)` returns the setting's `StepCosts` (target, drafter
 model, device, dtype, rows, torch threads, greedy or sampled), shared by its calls from any thread; the loop `record`s
 each of the default's steps' drafting and verifying time (`Schedule.timed`) and the default asks `estimate(shape)`.
-Output never depends on them.
-Nothing here runs a model. `reset_costs()` forgets every setting (after moving a model, once a busy machine is idle).
+Output never depends on them; nothing here runs a model. `reset_costs()` forgets every setting (after moving a model).
 """
 
 from __future__ import annotations
@@ -115,16 +114,14 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
 
 
 def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
-    """The measured widths' costs, none below the plain step's (width 1): a wider forward that measured cheaper cannot
-    make a draft nobody accepts look free. Widths are otherwise priced as measured: a 4-token forward may cost less
-    than a 3-token one (fp32 on some CPUs), and the median of a width's samples already absorbs a busy moment."""
+    """The measured widths' costs, none below the plain step's (width 1): a draft nobody accepts never looks free.
+    Otherwise as measured: a 4-token forward may cost less than a 3-token one (fp32 on some CPUs)."""
     floor = points.get(1, 0.0)
     return {width: max(ms, floor) for width, ms in points.items()}
 
 
 def _line(points: dict[int, float], size: int) -> float | None:
-    """Linear between two measured points (never falling); beyond them as the nearest: optimistic, so a width that
-    could pay is tried (twice: a warm-up and a sample) and then priced by what it measured."""
+    """Linear between two measured points (never falling); beyond them as the nearest: optimistic, so it is tried."""
     if not points:
         return None
     if size in points:

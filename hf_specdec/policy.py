@@ -267,7 +267,8 @@ class AdaptiveSchedule(Schedule):
         self.steps, self.tree, self._left, self._depth, self._evidence_at = 0, None, -1, 0, 0  # _left -1: no plan yet
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
         self._planned = (None, None)  # the shape the next step calibrates, and the rows' acceptance it was planned on
-        self.wants_prior = not costs.accepted  # a setting's first calls read the prompt; later ones its record
+        # A setting's first calls read the prompt, later ones its record; `_read`: (hits, positions) the prompt said.
+        self.wants_prior, self._read = not costs.accepted, None
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
         """Each row's agreement with the target on its prompt ([batch]; NaN: none) over `positions` tokens, worth as many
@@ -275,7 +276,8 @@ class AdaptiveSchedule(Schedule):
         agreement, positions = agreement.double().cpu().clamp(0, 1), positions.double().cpu()
         mixed = (agreement * positions + PRIOR_WEIGHT * self.prior) / (positions + PRIOR_WEIGHT)
         floor = self.declared if self.declared is not None else 0.0
-        self.prior = torch.where(agreement.isnan(), self.prior, mixed.clamp(min=floor))
+        self.prior, read = torch.where(agreement.isnan(), self.prior, mixed.clamp(min=floor)), positions * ~agreement.isnan()
+        self._read = (float((agreement.clamp(min=floor) * read).nansum()), float(read.sum())) if read.sum() else None
         self._plan()
 
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
@@ -363,14 +365,14 @@ class AdaptiveSchedule(Schedule):
         return best_shape(self.alphas(optimism, rows), self.ranks(), self._cost, self.menu, gain)
 
     def _cost(self, shape: Shape | None) -> float | None:
-        """A step's ms over what the shape's steps committed of the tokens its estimates promised (deep depths pooled
-        over calls run high; in sampling a tree's top-k drafts are accepted less often than a chain's sampled ones)."""
+        """A step's ms over what the shape's steps committed of the tokens its estimates promised (docs/policies.md)."""
         ms, (got, want) = self.costs.estimate(shape), self.costs.delivered.get(shape, (0.0, 0.0))
         return ms if ms is None else ms * (want + DELIVERY_PRIOR) / (got + DELIVERY_PRIOR)
 
     def done(self) -> None:
         hits, trials = self.all_hits.sum(dim=0).tolist(), self.all_trials.sum(dim=0).tolist()  # [depth] over rows
-        depths = tuple(zip(hits, trials)) if trials[0] >= PRIOR_WEIGHT else None  # (a few probes say little)
+        # A call that drafted too little to say leaves what its prompt said: the setting's next calls skip reading it.
+        depths = tuple(zip(hits, trials)) if trials[0] >= PRIOR_WEIGHT else self._read and (self._read,)
         self.costs.remember(depths, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())))
 
     def drafting_pays(self, active: torch.Tensor) -> bool:

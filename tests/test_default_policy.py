@@ -147,6 +147,36 @@ def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_readi
     assert pinned.accepted == () and pinned.estimate(Shape(0, 1, 1)) == 24.0 and pinned.estimate(Shape(0, 2, 2)) is None
 
 
+def test_a_call_that_drafted_too_little_leaves_its_prompt_and_later_calls_do_not_read_it_again():
+    # A drafter that never pays (16 prompt positions, none agreed) runs plain all call: what its prompt said becomes
+    # the setting's record, so the next calls start there without a prompt pass of the drafter (a cost per call).
+    costs = _measured()
+    first = _schedule(costs)
+    first.set_prior(torch.tensor([0.0]), torch.tensor([16]))
+    for _ in range(8):
+        _step(first, 0, 0)
+    first.done()
+    assert costs.accepted == (((0.0, 16.0),),)
+    again = _schedule(costs)  # the prompt's 16 misses and the start's 4 at 0.5, as the first call started
+    assert not again.wants_prior and again.alphas()[0][0] == pytest.approx(2 / 20)
+    _step(again, 0, 0)
+    assert _depth(again) == 0
+    # Drafts, where the call made enough, say more than the prompt: they are the record.
+    drafted = _measured()
+    call = _schedule(drafted)
+    call.set_prior(torch.tensor([0.0]), torch.tensor([16]))
+    for _ in range(4):
+        _step(call, 1, 1)
+    call.done()
+    assert drafted.accepted[0][0] == (4.0, 4.0)
+    # No prompt evidence (prompt lookup without a match) and no drafts: nothing to remember, the next call reads again.
+    unread = _measured()
+    silent = _schedule(unread)
+    silent.set_prior(torch.tensor([float("nan")]), torch.tensor([16]))
+    silent.done()
+    assert unread.accepted == () and _schedule(unread).wants_prior
+
+
 def test_a_record_is_worth_as_many_drafts_as_its_calls_agree():
     # 16 calls of 20 first drafts: at 10 hits each, the calls differ by chance alone (worth MAX_WEIGHT drafts); at 6
     # or 14 hits, by more (worth fewer); at 2 or 18 hits, by far more (PRIOR_WEIGHT, the least); under 4 calls,
