@@ -1,7 +1,8 @@
 """What a call with the default costs over plain generate() outside the steps themselves, where the default settled on
-plain steps: after `--warm-calls` calls with the default, short greedy calls (2, 8 and 24 new tokens, EOS ignored) of one held-out prompt, each timed against
-plain generate() on the same prompt, interleaved, the median of `--repeats` pairs per length. The difference that
-does not grow with the length is the call's fixed overhead (checks, the drafter's state, reading the prompt).
+plain steps: after `--warm-calls` calls with the default, short greedy calls (2, 8 and 24 new tokens, EOS ignored) of
+one held-out prompt, each timed against plain generate() on the same prompt, interleaved, the median of `--repeats`
+pairs per length. The difference that does not grow with the length is the call's fixed overhead (checks, the
+drafter's state, reading the prompt).
 
 Run from the repo root with one core and one thread, e.g.
   nice -n -15 taskset -c 1 python benchmarks/call_overhead.py --dtype float32 --drafters independent,unrelated

@@ -276,7 +276,8 @@ class AdaptiveSchedule(Schedule):
         agreement, positions = agreement.double().cpu().clamp(0, 1), positions.double().cpu()
         mixed = (agreement * positions + PRIOR_WEIGHT * self.prior) / (positions + PRIOR_WEIGHT)
         floor = self.declared if self.declared is not None else 0.0
-        self.prior, read = torch.where(agreement.isnan(), self.prior, mixed.clamp(min=floor)), positions * ~agreement.isnan()
+        seen = ~agreement.isnan()  # [batch]
+        self.prior, read = torch.where(seen, mixed.clamp(min=floor), self.prior), positions * seen
         self._read = (float((agreement.clamp(min=floor) * read).nansum()), float(read.sum())) if read.sum() else None
         self._plan()
 
@@ -372,7 +373,7 @@ class AdaptiveSchedule(Schedule):
     def done(self) -> None:
         hits, trials = self.all_hits.sum(dim=0).tolist(), self.all_trials.sum(dim=0).tolist()  # [depth] over rows
         # A call that drafted too little to say leaves what its prompt said: the setting's next calls skip reading it.
-        depths = tuple(zip(hits, trials)) if trials[0] >= PRIOR_WEIGHT else self._read and (self._read,)
+        depths = tuple(zip(hits, trials)) if trials[0] >= PRIOR_WEIGHT else (self._read,) if self._read else None
         self.costs.remember(depths, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())))
 
     def drafting_pays(self, active: torch.Tensor) -> bool:

@@ -150,9 +150,13 @@ def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_readi
 def test_a_call_that_drafted_too_little_leaves_its_prompt_and_later_calls_do_not_read_it_again():
     # A drafter that never pays (16 prompt positions, none agreed) runs plain all call: what its prompt said becomes
     # the setting's record, so the next calls start there without a prompt pass of the drafter (a cost per call).
-    costs = _measured()
-    first = _schedule(costs)
-    first.set_prior(torch.tensor([0.0]), torch.tensor([16]))
+    def read(agreement: float):  # a setting's first call, which read 16 prompt positions
+        costs = _measured()
+        schedule = _schedule(costs)
+        schedule.set_prior(torch.tensor([agreement]), torch.tensor([16]))
+        return costs, schedule
+
+    costs, first = read(0.0)
     for _ in range(8):
         _step(first, 0, 0)
     first.done()
@@ -162,17 +166,13 @@ def test_a_call_that_drafted_too_little_leaves_its_prompt_and_later_calls_do_not
     _step(again, 0, 0)
     assert _depth(again) == 0
     # Drafts, where the call made enough, say more than the prompt: they are the record.
-    drafted = _measured()
-    call = _schedule(drafted)
-    call.set_prior(torch.tensor([0.0]), torch.tensor([16]))
+    drafted, call = read(0.0)
     for _ in range(4):
         _step(call, 1, 1)
     call.done()
     assert drafted.accepted[0][0] == (4.0, 4.0)
     # No prompt evidence (prompt lookup without a match) and no drafts: nothing to remember, the next call reads again.
-    unread = _measured()
-    silent = _schedule(unread)
-    silent.set_prior(torch.tensor([float("nan")]), torch.tensor([16]))
+    unread, silent = read(float("nan"))
     silent.done()
     assert unread.accepted == () and _schedule(unread).wants_prior
 
