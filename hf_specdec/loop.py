@@ -95,7 +95,7 @@ def speculative_decode(
         return process_scores(logits_processor, sequences, lengths, scores, rows)
 
     call = Call(target, drafting, process, logits_processor, vocab_size, do_sample, generator,
-                drafter.feature_layers(model), policy.min_confidence, schedule.max_rank)
+                drafter.feature_layers(model), policy.min_confidence)
     # A plain step should cost what plain generate()'s step costs: it skips the draft's bookkeeping.
     no_draft = Draft.none(batch, device, vocab_size)
     plain_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] plain steps each row took

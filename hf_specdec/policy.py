@@ -203,8 +203,8 @@ class Schedule:
     def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor,
                outcomes: tuple[torch.Tensor, torch.Tensor] | None = None, drafted: bool = True,
                left: int | None = None) -> None:
-        """After a verification: active rows, drafts (a tree's depth), accepted drafts ([batch] each), (trials, hits)
-        [batch, depth, rank] by tree rank (`tree.*_outcomes`), whether it drafted, and its active rows' count."""
+        """After a verification: active rows, drafts (a tree's depth), accepted drafts ([batch] each), a tree's (trials,
+        hits) [batch, depth, rank] (`tree.tree_outcomes`), whether it drafted, and its active rows' count."""
         if self.tree is None:
             self.lengths = self.policy.next_lengths(self.lengths, active, num_drafted, num_accepted)
 
@@ -330,10 +330,10 @@ class AdaptiveSchedule(Schedule):
             self.hits, self.trials, self._evidence_at = self.hits * fade, self.trials * fade, self.steps
             self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade
             depth = torch.arange(1, self.max_depth + 1)
-            if outcomes is None:  # a chain alone: depth d was tried if the d - 1 before it were accepted
+            if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
                 trials = ((depth <= row_drafts[:, None]) & (depth <= accepted[:, None] + 1)).double()
                 hits = (depth <= accepted[:, None]).double() * trials
-            else:  # by rank (a tree, or a chain and its runners-up): rank 1 feeds the per-depth counts, 2.. the pooled
+            else:  # a tree: rank 1 feeds the per-depth counts, ranks 2.. the pooled ones
                 trials_all, hits_all = (t.cpu().double() * rows[:, None, None] for t in outcomes)
                 trials, hits = trials_all[:, :, 0], hits_all[:, :, 0]
                 pad = self.max_depth - trials.shape[1]

@@ -18,7 +18,7 @@ from hf_specdec.drafters.base import Draft, DraftContext, DraftSession
 from hf_specdec.output import _write
 from hf_specdec.policy import TreeDraftPolicy
 from hf_specdec.processing import CONTEXT_FREE, process_scores
-from hf_specdec.tree import DraftTree, chain_outcomes, tree_outcomes
+from hf_specdec.tree import DraftTree, tree_outcomes
 from hf_specdec.verify import verify_greedy, verify_stochastic, verify_tree_greedy, verify_tree_stochastic
 
 
@@ -34,8 +34,7 @@ class Verified:
     logits: torch.Tensor | None  # [batch, width, vocab] raw logits along it
     features: TargetFeatures | None  # the target's states for a drafter that reads them
     prompt_logits: torch.Tensor | None = None  # [batch, extra, vocab] before the step's own (see `chain_step`)
-    outcomes: tuple[torch.Tensor, torch.Tensor] | None = None  # (trials, hits) by depth and rank: a tree's, or a greedy
-    # chain's whose drafter named its next-best tokens (`tree.tree_outcomes`, `tree.chain_outcomes`)
+    outcomes: tuple[torch.Tensor, torch.Tensor] | None = None  # a tree's (trials, hits), `tree.tree_outcomes`
     nodes: torch.Tensor | None = None  # [batch] a tree's drafted nodes
     drafted_at: float = 0.0  # time.perf_counter() when drafting ended (the step's verification began)
 
@@ -53,7 +52,6 @@ class Call:
     generator: torch.Generator | None
     feature_layers: tuple[int, ...]
     min_confidence: float = 0.0
-    max_rank: int = 1  # the widest tree the schedule may draft: a greedy chain step asks the drafter for its runners-up
 
 
 def chain_step(call: Call, sequences, pad_lens, lens, active, left: int, num_draft: torch.Tensor | None,
@@ -64,7 +62,7 @@ def chain_step(call: Call, sequences, pad_lens, lens, active, left: int, num_dra
     drafted_at = time.perf_counter()
     if num_draft is not None:
         ctx = DraftContext(sequences, pad_lens, lens, active, call.vocab_size, call.do_sample, call.generator,
-                           call.process, call.min_confidence, call.target, 0 if call.do_sample else call.max_rank - 1)
+                           call.process, call.min_confidence, call.target)
         draft = call.drafting.propose(ctx, num_draft)
         num_drafted = torch.minimum(draft.num_drafted, num_draft)  # [batch]
         # Verify only as many columns as some row drafted: a drafter may return a wider tensor (prompt lookup finding
@@ -91,11 +89,8 @@ def chain_step(call: Call, sequences, pad_lens, lens, active, left: int, num_dra
         )
     else:
         committed, num_accepted = verify_greedy(draft.tokens, target_scores, num_drafted)
-    outcomes = None
-    if width and draft.alternatives is not None:
-        outcomes = chain_outcomes(draft.alternatives, committed, num_drafted, num_accepted, call.max_rank)
     return Verified(committed, num_accepted, num_drafted, width + 1, target_scores if keep_scores else None,
-                    target_logits if keep_scores else None, features, prompt_logits, outcomes, drafted_at=drafted_at)
+                    target_logits if keep_scores else None, features, prompt_logits, drafted_at=drafted_at)
 
 
 def tree_step(call: Call, sequences, pad_lens, lens, active, room: torch.Tensor, shape: TreeDraftPolicy,

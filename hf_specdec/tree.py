@@ -240,24 +240,3 @@ def tree_outcomes(parents: torch.Tensor, path: torch.Tensor, num_accepted: torch
     trials = reached[:, :, None] & (num_children.gather(1, along)[:, :, None] >= ranks)  # [batch, depth, rank]
     hits = trials & (accepted_rank[:, :, None] == ranks)
     return trials.double(), hits.double()
-
-
-def chain_outcomes(alternatives: torch.Tensor, committed: torch.Tensor, num_drafted: torch.Tensor,
-                   num_accepted: torch.Tensor, max_rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """What a greedy chain step says of a tree of the drafter's top choices, as `tree_outcomes` says it: (trials, hits)
-    [batch, depth, max_rank] float. Each verified draft (the accepted ones and the first rejected) is a trial at its
-    depth for rank 1 and for every rank its `alternatives` ([batch, depth, k] long) cover; rank 1 hits where the draft
-    was accepted, rank k where the target's token at the rejected draft (`committed`, [batch, depth + 1]) is the
-    drafter's k-th choice."""
-    depth = alternatives.shape[1]
-    steps = torch.arange(depth, device=committed.device)
-    reached = (steps <= num_accepted[:, None]) & (steps < num_drafted[:, None])  # [batch, depth]
-    ranks = min(max_rank, alternatives.shape[2] + 1)
-    trials = torch.zeros(*reached.shape, max_rank, dtype=torch.float64, device=committed.device)
-    trials[:, :, :ranks] = reached[:, :, None].double()
-    hits = torch.zeros_like(trials)
-    hits[:, :, 0] = (steps < num_accepted[:, None]).double() * trials[:, :, 0]
-    rejected = reached & (steps == num_accepted[:, None])  # [batch, depth]
-    named = alternatives[:, :, : ranks - 1] == committed[:, :depth, None]  # [batch, depth, ranks - 1]
-    hits[:, :, 1:ranks] = (rejected[:, :, None] & named).double()
-    return trials, hits

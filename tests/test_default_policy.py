@@ -12,9 +12,7 @@ from hf_specdec.policy import (
     MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Shape, TreeDraftPolicy, best_shape, expected_tokens,
     record_evidence,
 )
-from hf_specdec.drafters.base import DraftContext
-from hf_specdec.drafters.model import ModelDrafter
-from hf_specdec.tree import chain_outcomes, tree_outcomes
+from hf_specdec.tree import tree_outcomes
 from hf_specdec.verify import agreement
 
 CPU = torch.device("cpu")
@@ -460,81 +458,6 @@ def test_tree_outcomes_read_trials_and_hits_off_the_accepted_path():
     assert trials[0, 2].tolist() == [0, 0, 0]  # node 5 has no children
     trials, hits = tree_outcomes(parents, torch.tensor([[-1] * 5]), torch.tensor([0]), 3)
     assert trials[0, 0].tolist() == [1, 1, 0] and hits.sum() == 0
-
-
-def test_chain_outcomes_match_a_naive_reading_of_each_row():
-    generator = torch.Generator().manual_seed(0)
-    batch, depth, k = 64, 4, 3
-    alternatives = torch.randint(0, 6, (batch, depth, k), generator=generator)
-    committed = torch.randint(0, 6, (batch, depth + 1), generator=generator)
-    num_drafted = torch.randint(0, depth + 1, (batch,), generator=generator)
-    num_accepted = torch.minimum(torch.randint(0, depth + 1, (batch,), generator=generator), num_drafted)
-    trials, hits = chain_outcomes(alternatives, committed, num_drafted, num_accepted, max_rank=3)
-    for b in range(batch):
-        want_trials, want_hits = torch.zeros(depth, 3), torch.zeros(depth, 3)
-        for d in range(min(int(num_drafted[b]), int(num_accepted[b]) + 1)):  # the drafts verified
-            want_trials[d] = 1.0
-            if d < int(num_accepted[b]):
-                want_hits[d, 0] = 1.0  # the draft itself was right
-            else:  # the rejected draft: the runner-up the target's token is, if any
-                for rank in (2, 3):
-                    want_hits[d, rank - 1] = float(int(alternatives[b, d, rank - 2]) == int(committed[b, d]))
-        assert torch.equal(trials[b].float(), want_trials) and torch.equal(hits[b].float(), want_hits), b
-    assert hits[:, :, 1:].sum() > 0 and hits[:, :, 0].sum() > 0  # the cases above cover both kinds of hit
-
-
-def test_a_chain_whose_drafter_names_its_runners_up_prices_trees_from_its_own_steps():
-    # Chains first (rank 2's prior says a tree's extra nodes do not pay on this CPU); the drafts are right every other
-    # step, and every rejected draft's target token is the drafter's second choice: the call moves to trees. Without
-    # the runners-up it cannot see it.
-    def run(named: bool) -> list:
-        schedule = _schedule(CPU_LIKE, trees=True)
-        schedule.set_prior(torch.tensor([0.5]), torch.tensor([100]))
-        assert schedule.tree is None and _depth(schedule) > 0
-        shapes, row = [], torch.tensor([True])
-        for step in range(40):
-            if schedule.tree is not None:  # the root's two children and the first's two: the 2nd, then its 1st taken
-                shapes.append("tree")
-                outcomes = tree_outcomes(torch.tensor([[-1, 0, 0, 1, 1, 2]]), torch.tensor([[2, 5, -1]]),
-                                         torch.tensor([2]), schedule.max_rank)
-                schedule.update(row, torch.tensor([schedule.tree.max_depth]), torch.tensor([2]), outcomes, left=1)
-                continue
-            depth = _depth(schedule)
-            shapes.append(depth)
-            accepted = min(step % 2, depth)  # then the target's token is 7, the drafter's second choice
-            committed = torch.tensor([[5] * accepted + [7] + [0] * depth])[:, : depth + 1]
-            alternatives = torch.tensor([[[7, 8, 6]] * depth])
-            outcomes = chain_outcomes(alternatives, committed, torch.tensor([depth]), torch.tensor([accepted]),
-                                      schedule.max_rank) if named and depth else None
-            schedule.update(row, torch.tensor([depth]), torch.tensor([accepted]), outcomes, drafted=depth > 0, left=1)
-        return shapes
-
-    assert "tree" in run(named=True)[:8]
-    assert "tree" not in run(named=False)
-
-
-@torch.no_grad()
-def test_a_greedy_draft_names_its_runners_up_only_when_asked():
-    target = tiny_models.llama(seed=0)
-    drafter = tiny_models.perturbed(target, scale=0.2)
-    input_ids, attention_mask = tiny_models.prompts(batch=2, seed=4)
-    batch, length = input_ids.shape
-
-    def propose(alternatives: int, do_sample: bool = False):
-        context = DraftContext(
-            torch.cat([input_ids, torch.full((batch, 8), tiny_models.PAD)], dim=1), (attention_mask == 0).sum(dim=1),
-            torch.full((batch,), length), torch.ones(batch, dtype=torch.bool), tiny_models.VOCAB, do_sample,
-            torch.Generator().manual_seed(0), lambda scores, lengths, rows: scores, alternatives=alternatives,
-        )
-        return ModelDrafter(drafter).start(target, batch, CPU).propose(context, torch.full((batch,), 3))
-
-    draft, plain = propose(3), propose(0)
-    assert plain.alternatives is None and propose(3, do_sample=True).alternatives is None
-    assert torch.equal(draft.tokens, plain.tokens) and draft.alternatives.shape == (batch, 3, 3)
-    for row in range(batch):
-        context = torch.cat([input_ids[row, attention_mask[row].bool()], draft.tokens[row]])[None]
-        logits = drafter(context).logits[0, -4:-1]  # [3, vocab] the drafter's scores at each draft
-        assert torch.equal(logits.topk(4, dim=-1).indices[:, 1:], draft.alternatives[row])
 
 
 def _naive_agreement(target_logits, tokens, draft_logits, pad_lens, lens, do_sample, temperature):

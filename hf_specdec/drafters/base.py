@@ -30,8 +30,7 @@ class DraftContext:
     would at those lengths. `min_confidence` is the draft policy's confidence stop: a drafter that
     scores its proposals stops a row after a token it gave lower probability (others ignore it).
     `target` is the call's target and its cache when a chain is drafted, for a drafter that runs the target's
-    own first layers on it (`hf_specdec.cache.SharedPrefix`); others ignore it. `alternatives`: how many next-best
-    tokens per greedy draft the schedule would like to hear of (`Draft.alternatives`); a drafter may ignore it.
+    own first layers on it (`hf_specdec.cache.SharedPrefix`); others ignore it.
     """
 
     sequences: torch.Tensor  # [batch, buffer] long
@@ -44,7 +43,6 @@ class DraftContext:
     process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
     min_confidence: float = 0.0
     target: CachedModel | None = None
-    alternatives: int = 0
 
 
 @dataclass
@@ -53,15 +51,12 @@ class Draft:
 
     tokens[b, :num_drafted[b]] are row b's proposals; later entries are ignored. `probs` holds the
     distributions the proposals were sampled from (needed only when sampling); None means the
-    proposals are deterministic (a one-point distribution on each token). `alternatives` (greedy drafts, when the
-    context asked): the drafter's next-best tokens at each drafted position, best first; they tell the schedule how
-    often a tree's other children would have been right, and never change what is verified.
+    proposals are deterministic (a one-point distribution on each token).
     """
 
     tokens: torch.Tensor  # [batch, num_tokens] long
     num_drafted: torch.Tensor  # [batch] long
     probs: torch.Tensor | None = None  # [batch, num_tokens, vocab] float
-    alternatives: torch.Tensor | None = None  # [batch, num_tokens, k] long
 
     def draft_probs(self, vocab_size: int) -> torch.Tensor:
         """[batch, num_tokens, vocab]: `probs`, or one-hot distributions for a deterministic draft."""
@@ -79,9 +74,9 @@ class Draft:
         return Draft(tokens=num_drafted[:, None][:, :0], num_drafted=num_drafted, probs=probs)
 
     def first(self, width: int) -> "Draft":
-        """The draft cut to its first `width` columns (tokens, probs, alternatives)."""
-        probs, alternatives = (None if t is None else t[:, :width] for t in (self.probs, self.alternatives))
-        return Draft(self.tokens[:, :width], self.num_drafted, probs, alternatives)
+        """The draft cut to its first `width` columns (tokens and probs)."""
+        probs = None if self.probs is None else self.probs[:, :width]
+        return Draft(tokens=self.tokens[:, :width], num_drafted=self.num_drafted, probs=probs)
 
 
 class DraftSession(ABC):

@@ -61,7 +61,6 @@ class ModelDraftSession(DraftSession):
         batch = ctx.lens.shape[0]
         tokens = torch.full((batch, int(num_tokens.max())), -1, dtype=torch.long, device=ctx.lens.device)
         probs = []  # sampling: [batch, vocab] per drafted column
-        others = []  # greedy, when asked: [batch, alternatives] next-best tokens per drafted column
         drafting = ctx.active.clone()  # [batch] rows the confidence stop has not stopped
         num_drafted = torch.zeros_like(num_tokens)  # [batch]
         width = 0  # columns drafted so far
@@ -79,8 +78,6 @@ class ModelDraftSession(DraftSession):
                 token = draw(step_probs, ctx.generator)  # [batch]
             else:
                 token = argmax(scores)
-                if ctx.alternatives:  # (the token itself stays argmax's: topk may order ties otherwise)
-                    others.append(scores.topk(ctx.alternatives + 1, dim=-1).indices[:, 1:])
             tokens[:, j] = torch.where(rows, token, -1)
             num_drafted += rows
             # Later drafts (and the target) read this draft from the shared buffer.
@@ -92,8 +89,7 @@ class ModelDraftSession(DraftSession):
                 drafting &= step_probs.gather(1, token[:, None]).squeeze(1) >= ctx.min_confidence
         self.slack = width + 1
         draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
-        alternatives = torch.stack(others, dim=1) if others else None  # [batch, width, alternatives]
-        return Draft(tokens=tokens[:, :width], num_drafted=num_drafted, probs=draft_probs, alternatives=alternatives)
+        return Draft(tokens=tokens[:, :width], num_drafted=num_drafted, probs=draft_probs)
 
     def score_prompt(self, ctx: DraftContext, num_positions: int):
         """The model's prefill over every committed token but the last, with logits at the last `num_positions`."""
