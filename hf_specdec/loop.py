@@ -107,7 +107,7 @@ def speculative_decode(
     whole = None  # every row's state for generate()'s output, once the loop runs on a subset of the rows
     num_left = batch  # active rows when the batch last considered dropping rows
     timed = None  # (kind, depth, width, rows, draft ms, when verifying began) of the last step, recorded at the next
-    prefill = True
+    prefill, drafted = True, False  # drafted: whether a step drafted yet (the drafter's first one reads the prompt too)
     while True:
         # 1. Which rows still generate (the step's one host sync: on a GPU it waits for the device, so the time from
         # here to the next step's sync is the step's wall time).
@@ -197,13 +197,13 @@ def speculative_decode(
                 if guess is not None:
                     schedule.set_prior(*agreement(step.prompt_logits, *guess, pad_lens, lens, do_sample,
                                                   generation_config.temperature if do_sample else 1.0))
-        timed = None
-        if not prefill and schedule.timed:
+        timed, drafts = None, step.width > 1 or step.nodes is not None
+        if not prefill and schedule.timed and (drafted or not drafts):  # (a call's first draft prices no shape)
             kind = "tree" if step.nodes is not None else "chain"
             depth = int(step.num_drafted.max()) if kind == "tree" else step.width - 1
             if kind == "chain" or depth:  # (a tree of the root alone, where no row had room, prices no shape)
                 timed = (kind, depth, step.width, len(lens), (step.drafted_at - started) * 1e3, step.drafted_at)
-        prefill = False
+        prefill, drafted = False, drafted or drafts
 
     if whole is not None:  # every row again, for the output
         whole = Rows.store(whole, sequences, lens, flagged, done_at, plain_steps)

@@ -570,3 +570,42 @@ def test_a_shape_priced_out_by_a_few_unlucky_steps_is_tried_again():
             assert best in shapes[:10] and shapes[-50:].count(best) == 50, shapes
         else:
             assert best not in shapes
+
+
+def test_a_calls_first_drafting_step_prices_no_shape(target, partial_drafter, monkeypatch):
+    """The drafter's first forward in a call also reads the prompt (at the Whisper shape, its cross-attention over the
+    audio: 150-230 ms where a draft level costs 16): that step's time is no sample of the shape it drafted."""
+    import time
+    from dataclasses import dataclass
+
+    from hf_specdec.policy import DraftPolicy, Schedule
+
+    class TimedSchedule(Schedule):
+        timed = True  # as the default's: the loop records its steps
+
+    @dataclass(frozen=True, kw_only=True)
+    class Timed(DraftPolicy):  # a plain prefill, then chains of 2 (as the default's calls after a setting's first)
+        def start(self, batch_size, device, **call):
+            return TimedSchedule(self, batch_size, device)
+
+        def initial_lengths(self, batch_size, device):
+            return torch.zeros(batch_size, dtype=torch.long, device=device)
+
+        def next_lengths(self, lengths, active, num_drafted, num_accepted):
+            return torch.full_like(lengths, 2)
+
+    recorded, slept, forward = [], [], partial_drafter.forward
+
+    def slow_first(*args, **kwargs):  # the drafter's first forward in the call takes 300 ms more
+        if not slept:
+            slept.append(time.sleep(0.3))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(StepCosts, "record", lambda self, kind, depth, width, draft_ms, verify_ms: recorded.append(
+        (depth, draft_ms)))
+    monkeypatch.setattr(partial_drafter, "forward", slow_first)
+    input_ids, mask = tiny_models.prompts(1, seed=5)
+    target.generate(input_ids, attention_mask=mask, max_new_tokens=12, do_sample=False, drafter=partial_drafter,
+                    gamma=Timed(max_gamma=2))
+    drafting = [ms for depth, ms in recorded if depth]
+    assert slept and drafting and max(drafting) < 300, recorded
