@@ -37,7 +37,7 @@ class StepCosts:
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks: tuple = ()  # the last call's (hits, trials) of tree children by rank
-        self.delivered: dict = {}  # Shape -> fading (tokens committed, tokens expected) per row of its steps
+        self.delivered: dict = {}  # Shape -> fading (tokens committed, tokens expected) per row of its steps, steps
         if self.pinned:
             if 1 not in verify_ms:
                 raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")
@@ -72,8 +72,8 @@ class StepCosts:
         """A step of `shape` committed `committed` tokens per row where the policy expected `expected`."""
         if not self.pinned:
             with self._lock:  # replaced whole, read without the lock
-                got, want = self.delivered.get(shape, (0.0, 0.0))
-                self.delivered = {**self.delivered, shape: (FADE * got + committed, FADE * want + expected)}
+                got, want, steps = self.delivered.get(shape, (0.0, 0.0, 0))
+                self.delivered = {**self.delivered, shape: (FADE * got + committed, FADE * want + expected, steps + 1)}
 
     def estimate(self, shape) -> float | None:
         """Milliseconds of a step drafting `shape` (a `policy.Shape`; None: a plain step), or None while unpriced."""

@@ -124,15 +124,15 @@ class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
     trees of `TREE_MENU` with the most expected committed tokens per millisecond: acceptance is the call's own per row
     and depth (and tree rank), from the setting's recent calls (its first: from the prompt); step costs and what each
-    shape delivers are measured as calls run (`hf_specdec.costs`); an optimism bonus bounds how long a drafter that
-    could pay stays untried. docs/policies.md.
+    shape delivers are measured as calls run (`hf_specdec.costs`); optimism bonuses bound how long a drafter, or a shape
+    it ran, that could pay stays untried. docs/policies.md.
 
     Args:
         max_gamma: longest chain considered.
         trees: also consider `TREE_MENU` where the drafter and the target can draft trees.
         min_gain: a shape must beat every cheaper shape by this fraction (one row; `batch_gain` with more rows,
             where the call lasts as long as its slowest row).
-        exploration: the optimism bonus's scale (0: none; a drafter priced out stays out).
+        exploration: the optimism bonuses' scale (0: none; a drafter or shape priced out stays out).
         costs: a `hf_specdec.costs.StepCosts` that pins every cost instead of measuring (decisions then repeat).
     """
 
@@ -155,15 +155,13 @@ class CostAwareDraftPolicy(DraftPolicy):
         """`costs`: this setting's StepCosts (the policy's own `costs` win); `trees`: whether this drafter and target
         draft trees; `prior`: the drafter's declared acceptance, the start until the prompt tells more."""
         menu = [Shape(0, depth, depth) for depth in range(1, self.max_gamma + 1)]
-        if self.trees and trees:
-            menu += [Shape(*tree) for tree in TREE_MENU]
+        menu += [Shape(*tree) for tree in TREE_MENU if self.trees and trees]
         return AdaptiveSchedule(self, batch_size, device, self.costs or costs, tuple(menu), prior)
 
 
 @dataclass(frozen=True)
 class Shape:
-    """A step's draft: a chain (`top_k` 0) of `depth` tokens, or a tree of `nodes` nodes `depth` levels deep with up to
-    `top_k` children per node. A plain step is no Shape (None)."""
+    """A step's draft: a chain (`top_k` 0) of `depth` tokens, or a tree of `nodes` nodes, `depth` deep, `top_k` wide."""
 
     top_k: int
     depth: int
@@ -228,9 +226,8 @@ PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR = 4.0, 32.0, 0.95
 
 def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tuple[float, float]]:
     """[depth] (hits, trials) a setting's recent calls' rank-1 drafts ([call][depth] pairs) are worth to its next call:
-    pooled, and scaled to the drafts their agreement at depth 1 is worth (a beta-binomial prior's strength by moments:
-    calls that differ by chance alone MAX_WEIGHT, calls that differ more fewer; under 4 calls PRIOR_WEIGHT). Depth 1's
-    share counts PRIOR_WEIGHT drafts at `start` too: a few drafts, all rejected, do not price a drafter at zero."""
+    pooled, scaled to what their agreement at depth 1 is worth (a beta-binomial prior's strength by moments: MAX_WEIGHT
+    drafts at most; under 4 calls PRIOR_WEIGHT); depth 1 counts PRIOR_WEIGHT drafts at `start` too (no zero price)."""
     pooled = [tuple(sum(call[depth][i] for call in calls if len(call) > depth) for i in (0, 1)) for depth in range(depths)]
     if not calls:
         return pooled
@@ -244,8 +241,7 @@ def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tu
 
 
 class AdaptiveSchedule(Schedule):
-    """CostAwareDraftPolicy's state for one call: decayed acceptance counts per row and depth (rank 1) and per tree
-    rank, the rows' priors (from the setting's record or the prompt), and the step count the bonus grows with."""
+    """CostAwareDraftPolicy's state for one call: acceptance counts per row and depth, and per tree rank; priors."""
 
     timed = True
 
@@ -284,9 +280,8 @@ class AdaptiveSchedule(Schedule):
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
         """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth
         once the ones before were accepted: its recent drafts (fading) over the call's whole record, over the setting's
-        (`record_evidence`) and the depth before (depth 1: the record, or the row's prior without one); plus
-        `optimism` times a bonus that shrinks with the drafts made at the depth and grows with the steps it sat out
-        (depth 1: since the last draft; deeper: the drafting steps since it was last drafted) (UCB's)."""
+        (`record_evidence`) and the depth before (depth 1: the record, or the row's prior); plus `optimism` times a bonus
+        that shrinks with the depth's drafts, grows with steps sat out (depth 1: any; deeper: drafting) (UCB's)."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
         fade, sat_out = DECAY**streak, [math.log1p(streak), *(math.log1p(self._drafted - at) for at in self._tried_at)]
@@ -363,12 +358,17 @@ class AdaptiveSchedule(Schedule):
         if not bool(rows.any()):
             return None
         gain = self.policy.min_gain if int(rows.sum()) == 1 else self.policy.batch_gain
-        return best_shape(self.alphas(optimism, rows), self.ranks(), self._cost, self.menu, gain)
+        alphas, ranks, bold = self.alphas(optimism, rows), self.ranks(), functools.partial(self._cost, optimism=optimism)
+        shape = best_shape(alphas, ranks, self._cost, self.menu, gain)  # whether to draft: without the shape bonus
+        return shape and best_shape(alphas, ranks, bold, self.menu, gain) or shape  # which shape: with it
 
-    def _cost(self, shape: Shape | None) -> float | None:
-        """A step's ms over what the shape's steps committed of the tokens its estimates promised (docs/policies.md)."""
-        ms, (got, want) = self.costs.estimate(shape), self.costs.delivered.get(shape, (0.0, 0.0))
-        return ms if ms is None else ms * (want + DELIVERY_PRIOR) / (got + DELIVERY_PRIOR)
+    def _cost(self, shape: Shape | None, optimism: float = 0.0) -> float | None:
+        """A step's ms over what the shape's steps committed of the tokens its estimates promised, less `optimism` times
+        a bonus for a shape the setting ran few times (UCB's): a few slow or unlucky steps do not price it out."""
+        ms, (got, want, runs) = self.costs.estimate(shape), self.costs.delivered.get(shape, (0.0, 0.0, 0))
+        steps = sum(record[2] for record in self.costs.delivered.values())  # the setting's steps of every shape
+        bonus = optimism * math.sqrt(math.log1p(steps) / (1 + runs)) if runs else 0.0
+        return ms if ms is None else ms * (want + DELIVERY_PRIOR) / (got + DELIVERY_PRIOR) / (1 + bonus)
 
     def done(self) -> None:
         hits, trials = self.all_hits.sum(dim=0).tolist(), self.all_trials.sum(dim=0).tolist()  # [depth] over rows

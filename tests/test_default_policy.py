@@ -248,7 +248,7 @@ def test_a_chain_is_priced_by_what_its_steps_commit_against_what_its_estimates_p
     expected = expected_tokens(alphas, [], shape)[0]
     assert shape == Shape(0, _depth(first), _depth(first)) and shape.depth >= 3 and expected > 2.5
     _step(first, shape.depth, 0)  # every draft rejected: one token committed where `expected` were promised
-    assert costs.delivered[shape] == pytest.approx((1.0, expected))
+    assert costs.delivered[shape] == pytest.approx((1.0, expected, 1))
     # A setting's first calls start from the prompt, not a record: the call's own drafts correct their estimates, and
     # what their chains deliver calibrates nothing.
     unrecorded = _measured()
@@ -262,7 +262,7 @@ def test_a_chain_is_priced_by_what_its_steps_commit_against_what_its_estimates_p
     _step(short, 0, 0)
     alphas = short._planned[1]
     _step(short, 1, 1)
-    assert short.costs.delivered[shape] == pytest.approx((2.0, 1.0 + alphas[0][0]))
+    assert short.costs.delivered[shape] == pytest.approx((2.0, 1.0 + alphas[0][0], 1))
     for _ in range(40):
         costs.deliver(shape, 1.0 + (expected - 1.0) / 2, expected)
         kept.deliver(shape, expected, expected)
@@ -537,6 +537,39 @@ def test_only_the_defaults_own_steps_price_its_shapes(target, partial_drafter):
     assert setting.measured() == {}
     target.generate(input_ids, **kwargs)
     assert ("verify", "chain", 1) in setting.measured()
+
+
+def test_a_shape_priced_out_by_a_few_unlucky_steps_is_tried_again():
+    """The best shape's first steps commit 0.4 of what was promised: another shape wins. The bonus of a shape with few
+    steps in the setting grows with the setting's steps, so the first is tried again, delivers, and stays; without it
+    (exploration 0) it is never run again."""
+    def choice(costs, exploration):
+        schedule = _schedule(costs, trees=True, exploration=exploration)
+        _step(schedule, 0, 0)
+        shape, alphas = schedule._planned
+        return shape, expected_tokens(alphas, schedule.ranks(), shape)[0]
+
+    for exploration in (0.15, 0.0):
+        costs = StepCosts()
+        for kind, depth, width, draft_ms in (("chain", 0, 1, 0.0), ("chain", 1, 2, 2.0), ("chain", 3, 4, 6.0),
+                                             ("tree", 3, 9, 6.0)):
+            _ran(costs, kind, depth, width, draft_ms, 20.0 + 2 * (width - 1) if kind == "chain" else 30.0)
+        for _ in range(16):
+            costs.remember(((60.0, 100.0), (40.0, 60.0), (25.0, 40.0)), ((0.0, 0.0), (15.0, 100.0), (8.0, 100.0)))
+        best, expected = choice(costs, 0.0)
+        assert best.top_k  # a tree
+        for _ in range(3):  # unlucky steps: the best shape is priced out
+            costs.deliver(best, 0.4 * expected, expected)
+        assert choice(costs, 0.0)[0] != best
+        shapes = []
+        for _ in range(100):  # the setting's steps, each delivering what it promised
+            shape, expected = choice(costs, exploration)
+            costs.deliver(shape, expected, expected)
+            shapes.append(shape)
+        if exploration:
+            assert best in shapes[:10] and shapes[-50:].count(best) == 50, shapes
+        else:
+            assert best not in shapes
 
 
 def test_a_calls_first_drafting_step_prices_no_shape(target, partial_drafter, monkeypatch):
