@@ -37,7 +37,7 @@ class StepCosts:
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks: tuple = ()  # the last call's (hits, trials) of tree children by rank
-        self.delivered: dict = {}  # Shape -> fading (tokens committed, tokens expected) per row of its steps, steps
+        self.delivered: dict = {}  # Shape -> (tokens committed, tokens expected) per row, fading; its step count
         if self.pinned:
             if 1 not in verify_ms:
                 raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")

@@ -159,6 +159,7 @@ def speculative_decode(
                 extra = min(PROMPT_POSITIONS, int((lens - pad_lens).max()) - 1)  # placing tokens itself would shift
             step = chain_step(call, sequences, pad_lens, lens, active, left, num_draft, no_draft, keep_scores,
                               caught_up=not prefill, extra_logits=extra)
+        fed_drafts = step.width > 1 or step.nodes is not None  # (a tree step feeds its roots even where none drafted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
         num_new = torch.where(active, step.num_accepted + 1, 0) if step.width > 1 else active.long()  # [batch]
@@ -176,11 +177,11 @@ def speculative_decode(
         # 4. Roll back both caches to the committed tokens; the last one is fed again next step. A plain step fed
         # committed tokens only: the target's cache keeps them all (unless windows let it forget old ones).
         num_valid = lens - pad_lens - 1  # [batch]
-        if step.width > 1 or step.nodes is not None or target.layout.bounded:  # (a tree step fed done rows' roots)
+        if fed_drafts or target.layout.bounded:
             target.rollback(torch.minimum(target.num_cached, num_valid), slack=schedule.max_width)
         if drafting is not None:
             drafting.observe(num_valid, step.features)
-        if step.width > 1 or step.nodes is not None:
+        if fed_drafts:
             step_stats.record_step(active, step.num_drafted, step.num_accepted, num_new)
             if step.nodes is not None:
                 step_stats.record_tree(active, step.nodes, schedule.max_width - 1)
@@ -197,13 +198,13 @@ def speculative_decode(
                 if guess is not None:
                     schedule.set_prior(*agreement(step.prompt_logits, *guess, pad_lens, lens, do_sample,
                                                   generation_config.temperature if do_sample else 1.0))
-        timed, drafts = None, step.width > 1 or step.nodes is not None
-        if not prefill and schedule.timed and (drafted or not drafts):  # (a call's first draft prices no shape)
+        timed = None
+        if not prefill and schedule.timed and (drafted or not fed_drafts):  # (a call's first draft prices no shape)
             kind = "tree" if step.nodes is not None else "chain"
             depth = int(step.num_drafted.max()) if kind == "tree" else step.width - 1
             if kind == "chain" or depth:  # (a tree of the root alone, where no row had room, prices no shape)
                 timed = (kind, depth, step.width, len(lens), (step.drafted_at - started) * 1e3, step.drafted_at)
-        prefill, drafted = False, drafted or drafts
+        prefill, drafted = False, drafted or fed_drafts
 
     if whole is not None:  # every row again, for the output
         whole = Rows.store(whole, sequences, lens, flagged, done_at, plain_steps)
