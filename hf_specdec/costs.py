@@ -41,9 +41,8 @@ class StepCosts:
         if self.pinned:
             if 1 not in verify_ms:
                 raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")
-            table = {("verify", "chain", int(width)): float(ms) for width, ms in verify_ms.items()}
-            table[("draft", "chain", 1)] = float(draft_ms or 0.0)
-            self._median = table
+            self._median = {("draft", "chain", 1): float(draft_ms or 0.0),
+                            **{("verify", "chain", int(width)): float(ms) for width, ms in verify_ms.items()}}
 
     def record(self, kind: str, depth: int, width: int, draft_ms: float, verify_ms: float) -> None:
         """One step of `kind` ("chain" or "tree") that drafted `depth` levels and verified `width` tokens per row."""

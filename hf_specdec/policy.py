@@ -172,9 +172,6 @@ class Shape:
         """Tokens per row the target's forward scores: the drafts and the row's last token."""
         return self.nodes + 1
 
-    def as_tree(self) -> TreeDraftPolicy:
-        return TreeDraftPolicy(top_k=self.top_k, max_depth=self.depth, max_nodes=self.nodes)
-
 
 class Schedule:
     """One call's plan: the next step drafts `tree` (a TreeDraftPolicy) if set, else `lengths[b]` tokens in row b
@@ -258,9 +255,9 @@ class AdaptiveSchedule(Schedule):
         self.rank_hits, self.rank_trials = torch.zeros(2, self.max_rank).double()  # [rank] fading, ranks 2.. (0: unused)
         for rank, (hits, trials) in enumerate(costs.ranks[: self.max_rank]):  # the last call's
             self.rank_hits[rank], self.rank_trials[rank] = hits, trials
-        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # the prefill is a plain step
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
-        self.steps, self.tree, self._left, self._depth, self._evidence_at = 0, None, -1, 0, 0  # _left -1: no plan yet
+        # _left -1: no plan yet; _stale: whether what was heard since the plan asks for a new one (the prefill: plain)
+        self.steps, self._tree, self._left, self._depth, self._evidence_at, self._stale = 0, None, -1, 0, 0, False
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
         self._planned = (None, None)  # the shape the next step calibrates, and the rows' acceptance it was planned on
         # A setting's first calls read the prompt, later ones its record; `_read`: (hits, positions) the prompt said.
@@ -275,7 +272,7 @@ class AdaptiveSchedule(Schedule):
         seen = ~agreement.isnan()  # [batch]
         self.prior, read = torch.where(seen, mixed.clamp(min=floor), self.prior), positions * seen
         self._read = (float((agreement.clamp(min=floor) * read).nansum()), float(read.sum())) if read.sum() else None
-        self._plan()
+        self._stale = True
 
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
         """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth
@@ -309,9 +306,9 @@ class AdaptiveSchedule(Schedule):
 
     def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None) -> None:
         self.steps += 1
-        if not drafted and left is not None and left == self._left:  # another plain step over the same rows:
+        if not drafted and left == self._left and self.costs.estimate(None) is not None:  # plain again, same rows,
             streak, still = self.steps - self._evidence_at, not self.policy.exploration and not self._evidence_at
-            if still or (streak & (streak - 1) and streak % 16):  # decided again after 1, 2, 4, 8, 16, 32, 48, ...
+            if still or (streak & (streak - 1) and streak % 16):  # priced: decided again after 1, 2, 4, 8, 16, 32, ...
                 return  # (never, where no draft was made and no bonus can change the decision)
         rows = active.cpu()
         row_drafts = num_drafted.cpu() * rows  # [batch]
@@ -340,19 +337,24 @@ class AdaptiveSchedule(Schedule):
             self.all_trials, self.all_hits = self.all_trials + trials, self.all_hits + hits
             self._drafted += 1
             self._tried_at = [self._drafted if t else at for t, at in zip(trials[:, 1:].any(0).tolist(), self._tried_at)]
-        self._rows, self._left = rows, int(rows.sum()) if left is None else left
-        self._plan()
+        self._rows, self._left, self._stale = rows, int(rows.sum()) if left is None else left, True
 
     def _plan(self) -> None:
-        shape = self._best(self._rows, self.policy.exploration)
-        self.tree = shape.as_tree() if shape is not None and shape.top_k else None
+        """Plans the next step when the loop asks, not when it tells (`update`): by then the step before's cost is in."""
+        if not self._stale:
+            return
+        shape, self._stale = self._best(self._rows, self.policy.exploration), False
+        tree = shape is not None and shape.top_k
+        self._tree = TreeDraftPolicy(top_k=shape.top_k, max_depth=shape.depth, max_nodes=shape.nodes) if tree else None
         calibrated = shape is not None and (shape.top_k or not self.wants_prior)  # (a chain: the record's bias)
         self._planned = (shape, self.alphas()) if calibrated else (None, None)  # and the acceptance it was planned on
         self._depth = 0 if shape is None or shape.top_k else shape.depth
-        self.lengths = torch.full(self._rows.shape, self._depth, dtype=torch.long, device=self.device)
+
+    tree = property(lambda self: self._plan() or self._tree)
+    lengths = property(lambda self: self._plan() or torch.full(self._rows.shape, self._depth, device=self.device))
 
     def drafts(self) -> bool:
-        return self._depth > 0
+        return self._plan() or self._depth > 0
 
     def _best(self, rows: torch.Tensor, optimism: float) -> Shape | None:
         if not bool(rows.any()):
@@ -412,8 +414,7 @@ def best_shape(alphas, ranks: list[float], cost_ms, menu: tuple[Shape, ...], gai
     ([rows][depth]) and tree ranks `ranks`, a step costing `cost_ms(shape)` (None: unpriced, not chosen). A batch waits
     for its slowest row: the rows' harmonic mean. From the cheapest, each must beat the best so far by `gain`."""
     alphas = alphas.tolist() if isinstance(alphas, torch.Tensor) else alphas
-    plain_ms = cost_ms(None)
-    if plain_ms is None:
+    if (plain_ms := cost_ms(None)) is None:
         return None
     rows = len(alphas)
     best, best_rate = None, rows / plain_ms

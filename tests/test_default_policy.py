@@ -30,6 +30,7 @@ def _schedule(costs, batch=1, **policy):
 def _step(schedule, drafted: int, accepted: int, rows: int = 1):
     active = torch.ones(rows, dtype=torch.bool)
     schedule.update(active, torch.full((rows,), drafted), torch.full((rows,), accepted), drafted=drafted > 0, left=rows)
+    schedule.drafts()  # the loop asks before the next step: the schedule plans then
 
 
 def _ran(costs, kind, depth, width, draft_ms, verify_ms):
@@ -60,6 +61,23 @@ def test_the_prefill_is_plain_and_the_prompt_sets_the_start():
     unknown = _schedule(CPU_LIKE)
     unknown.set_prior(torch.tensor([float("nan")]), torch.tensor([100]))
     assert unknown.prior.item() == 0.5 and _depth(unknown) > 0
+
+
+def test_a_step_is_planned_on_the_costs_recorded_before_it():
+    """The loop records a step's time at the next step's start, then asks the schedule: a plan made when the loop asks
+    (not when it tells) already prices what the step before measured. A setting's first call thus drafts from its
+    third step after the prefill (the first plain step warms kernels, the second prices plain); planned when told,
+    or skipping plans over plain steps before plain is priced, it would run a third plain step."""
+    costs, one = StepCosts(), torch.ones(1, dtype=torch.bool)
+    schedule = _schedule(costs)
+    schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
+    plain = torch.zeros(1, dtype=torch.long)
+    schedule.update(one, plain, plain, drafted=False, left=1)  # the prefill (not timed)
+    assert not schedule.drafts()  # nothing priced
+    for step in range(2):  # two plain steps; each one's time is recorded as the next step starts
+        schedule.update(one, plain, plain, drafted=False, left=1)
+        costs.record("chain", 0, 1, 0.0, 20.0)
+        assert schedule.drafts() == (step == 1)
 
 
 @pytest.mark.parametrize("costs", [WIDTH_FREE, CPU_LIKE], ids=["width-free", "cpu-like"])
