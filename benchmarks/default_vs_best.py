@@ -5,7 +5,8 @@ Each setting (drafter, dtype, mode, batch size) generates every prompt batch wit
 again (the A/A control), the default, chains of 1-4 and trees 4/3/8 and 4/4/16, in a shuffled order per batch, after
 one warm-up call of each; a method's ratio is the median over batches of its tokens/s over plain's on the same batch.
 `--first-call` instead times, in fresh processes after one plain generate(), the first call with a drafter against the
-tenth identical one (each relative to a plain call next to it).
+tenth identical one (each relative to a plain call next to it); process k runs the k-th held-out prompt batch from the
+end (`--one-prompt`: every process the last one), so the reading is not one prompt's.
 
 Run: python benchmarks/default_vs_best.py --out benchmarks/data/default_vs_best.json   (add --quick for a smoke run)
 Table of recorded runs: python benchmarks/default_vs_best.py --table benchmarks/data/default_vs_best.json
@@ -98,11 +99,12 @@ def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_token
     return ratios
 
 
-def first_call(dtype: str, drafter_kind: str, batch_size: int, new_tokens: int) -> dict:
-    """In this (fresh) process: one plain warm-up call, then pairs (plain, with the drafter) ten times; the first
-    pair's ratio against the tenth's."""
+def first_call(dtype: str, drafter_kind: str, batch_size: int, new_tokens: int, prompt: int = 0) -> dict:
+    """In this (fresh) process: one plain warm-up call, then pairs (plain, with the drafter) ten times, on the
+    `prompt`-th batch of held-out prompts from the end; the first pair's ratio against the tenth's."""
     target, tokenizer, drafter = load(dtype, drafter_kind)
-    groups = batches(encode(tokenizer, CHAT_PROMPTS[-batch_size:]), batch_size, tokenizer.pad_token_id)
+    end = len(CHAT_PROMPTS) - prompt * batch_size
+    groups = batches(encode(tokenizer, CHAT_PROMPTS[end - batch_size: end]), batch_size, tokenizer.pad_token_id)
     kwargs = dict(max_new_tokens=new_tokens, do_sample=False)
     target.generate(**groups[0], **kwargs)
     ratios = []
@@ -110,20 +112,25 @@ def first_call(dtype: str, drafter_kind: str, batch_size: int, new_tokens: int) 
         plain, _ = timed(lambda: target.generate(**groups[0], **kwargs))
         spec, _ = timed(lambda: target.generate(**groups[0], drafter=drafter, **kwargs))
         ratios.append(plain / spec)
-    return {"first": ratios[0], "tenth": ratios[-1], "first_over_tenth": ratios[0] / ratios[-1], "all": ratios}
+    return {"prompt": prompt, "first": ratios[0], "tenth": ratios[-1], "first_over_tenth": ratios[0] / ratios[-1],
+            "all": ratios}
 
 
 def first_calls(args) -> dict:
-    """`first_call` in `args.processes` fresh processes (one process's tenth call alone is noisy: calls 2-10 of one
-    process read 1.17-1.54x plain): the median over processes of the first call's ratio over the tenth's, and over
-    the median of calls 2-10."""
+    """`first_call` in `args.processes` fresh processes, process k on the k-th prompt batch (`--one-prompt`: all on the
+    first; one process's tenth call alone is noisy: calls 2-10 of one process read 1.17-1.54x plain, and on one prompt
+    a greedy call's speed turns on where its drafts happen to break): the median over processes of the first call's
+    ratio over the tenth's, the geometric mean of the first calls' ratios over the tenth calls', and the median of the
+    first call's ratio over the median of calls 2-10."""
     command = [sys.executable, __file__, "--first-call", "--processes", "0", "--dtypes", args.dtypes, "--drafters",
                args.drafters, "--batch-sizes", args.batch_sizes, "--new-tokens", str(args.new_tokens),
-               "--threads", str(args.threads)]
-    runs = [json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
-            for _ in range(args.processes)]
+               "--threads", str(args.threads), "--prompt"]
+    runs = [json.loads(subprocess.run(command + [str(0 if args.one_prompt else k)], capture_output=True, text=True,
+                                      check=True).stdout.splitlines()[-1]) for k in range(args.processes)]
+    geomean = lambda key: math.exp(statistics.fmean(math.log(run[key]) for run in runs))  # noqa: E731
     return {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(), "command": " ".join(sys.argv),
             "first_over_tenth": statistics.median(run["first_over_tenth"] for run in runs),
+            "first_over_tenth_geomean": geomean("first") / geomean("tenth"),
             "first_over_later": statistics.median(run["first"] / statistics.median(run["all"][1:]) for run in runs),
             "runs": runs}
 
@@ -213,7 +220,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--first-call", action="store_true", help="time the first call against the tenth instead")
-    parser.add_argument("--processes", type=int, default=5, help="--first-call: fresh processes (0: this one)")
+    parser.add_argument("--processes", type=int, default=8, help="--first-call: fresh processes (0: this one)")
+    parser.add_argument("--prompt", type=int, default=0, help="--first-call in this process: the prompt batch")
+    parser.add_argument("--one-prompt", action="store_true", help="--first-call: every process on the same prompt")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 prompts, 8 tokens")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/data/default_vs_best.json"))
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of recorded runs instead of running")
@@ -226,7 +235,7 @@ def main() -> None:
         args.num_prompts, args.new_tokens = 2, 8
     if args.first_call and not args.processes:
         print(json.dumps(first_call(args.dtypes.split(",")[0], args.drafters.split(",")[0],
-                                    int(args.batch_sizes.split(",")[0]), args.new_tokens)))
+                                    int(args.batch_sizes.split(",")[0]), args.new_tokens, args.prompt)))
         return
     if args.first_call:
         record = first_calls(args)
