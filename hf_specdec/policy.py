@@ -360,16 +360,16 @@ class AdaptiveSchedule(Schedule):
         if not bool(rows.any()):
             return None
         gain = self.policy.min_gain if int(rows.sum()) == 1 else self.policy.batch_gain
-        alphas, ranks, bold = self.alphas(optimism, rows), self.ranks(), functools.partial(self._cost, optimism=optimism)
+        alphas, ranks, steps = self.alphas(optimism, rows), self.ranks(), sum(r[2] for r in self.costs.delivered.values())
         shape = best_shape(alphas, ranks, self._cost, self.menu, gain)  # whether to draft: without the shape bonus
+        bold = functools.partial(self._cost, optimism=optimism, steps=steps)  # (steps: every shape's, summed once)
         return shape and optimism and best_shape(alphas, ranks, bold, self.menu, gain) or shape  # which: with it
 
-    def _cost(self, shape: Shape | None, optimism: float = 0.0) -> float | None:
+    def _cost(self, shape: Shape | None, optimism: float = 0.0, steps: int = 0) -> float | None:
         """A step's ms over what the shape's steps committed of the tokens its estimates promised, less `optimism` times
-        a bonus for a shape the setting ran few times (UCB's): a few slow or unlucky steps do not price it out."""
+        a bonus for a shape run few of the setting's `steps` (UCB's): a few slow or unlucky steps do not price it out."""
         ms, (got, want, runs) = self.costs.estimate(shape), self.costs.delivered.get(shape, (0.0, 0.0, 0))
-        steps = sum(record[2] for record in self.costs.delivered.values()) if runs and optimism else 0  # every shape's
-        bonus = optimism * math.sqrt(math.log1p(steps) / (1 + runs)) if steps else 0.0
+        bonus = optimism * math.sqrt(math.log1p(steps) / (1 + runs)) if runs else 0.0
         return ms if ms is None else ms * (want + DELIVERY_PRIOR) / (got + DELIVERY_PRIOR) / (1 + bonus)
 
     def done(self) -> None:
