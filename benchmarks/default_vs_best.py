@@ -127,7 +127,7 @@ def first_calls(args) -> dict:
                "--threads", str(args.threads), "--prompt"]
     runs = [json.loads(subprocess.run(command + [str(0 if args.one_prompt else k)], capture_output=True, text=True,
                                       check=True).stdout.splitlines()[-1]) for k in range(args.processes)]
-    geomean = lambda key: math.exp(statistics.fmean(math.log(run[key]) for run in runs))  # noqa: E731
+    geomean = lambda key: statistics.geometric_mean(run[key] for run in runs)  # noqa: E731
     return {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(), "command": " ".join(sys.argv),
             "first_over_tenth": statistics.median(run["first_over_tenth"] for run in runs),
             "first_over_tenth_geomean": geomean("first") / geomean("tenth"),

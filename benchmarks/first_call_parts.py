@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -61,7 +60,7 @@ def main() -> None:
             spec, _ = timed(lambda: target.generate(**groups[index], drafter=drafter, **kwargs))
             ratios[history].append(plain / spec)
         print(index, {history: round(values[-1], 3) for history, values in ratios.items()}, flush=True)
-    summary = {history: math.exp(statistics.fmean(map(math.log, values))) for history, values in ratios.items()}
+    summary = {history: statistics.geometric_mean(values) for history, values in ratios.items()}
     record = {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(), "command": " ".join(sys.argv),
               "prompts": list(chosen), "geomean_x_plain": summary, "ratios": ratios}
     print(json.dumps(summary))
