@@ -63,7 +63,9 @@ def timed(call) -> tuple[float, int]:
 
 
 def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_tokens, repeats, seed):
-    """{method: [ratio to plain per batch and repeat]} of one setting."""
+    """{method: [ratio to plain per batch and repeat]} of one setting, and (greedy) {method: [whether its tokens are
+    plain's]}: in bf16 a near-tie of the target's top two logits may fall the other way at another verification width,
+    and from there a method decodes other text, which may copy more or less of the prompt (prompt lookup)."""
     ids = encode(tokenizer, prompts)
     groups = batches(ids, batch_size, tokenizer.pad_token_id)
     sampling = dict(do_sample=True, temperature=0.7) if mode == "sampled" else dict(do_sample=False)
@@ -78,25 +80,28 @@ def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_token
             else:
                 gamma = None if name == "default" else FIXED[name]
                 out = target.generate(**inputs, drafter=drafter, gamma=gamma, **kwargs)
-            return int((out[:, inputs["input_ids"].shape[1]:] != tokenizer.pad_token_id).sum())
+            return int((out[:, inputs["input_ids"].shape[1]:] != tokenizer.pad_token_id).sum()), out
         return call
 
     names = ["plain", "plain again", "default", *FIXED]
     for name in names:  # warm-up: kernels, and the default's first call of this setting measures its step costs
         method(name)(groups[0])
     ratios = {name: [] for name in names if name != "plain"}
+    same = {name: [] for name in ratios} if mode == "greedy" else None
     order = random.Random(seed)
     for _ in range(repeats):
         for inputs in groups:
             shuffled = names[:]
             order.shuffle(shuffled)
-            rates = {}
+            rates, outs = {}, {}
             for name in shuffled:
-                seconds, tokens = timed(lambda: method(name)(inputs))
+                seconds, (tokens, outs[name]) = timed(lambda: method(name)(inputs))
                 rates[name] = tokens / seconds
             for name in ratios:
                 ratios[name].append(rates[name] / rates["plain"])
-    return ratios
+                if same is not None:
+                    same[name].append(torch.equal(outs[name], outs["plain"]))
+    return ratios, same
 
 
 def first_call(dtype: str, drafter_kind: str, batch_size: int, new_tokens: int, prompt: int = 0) -> dict:
@@ -164,7 +169,9 @@ def pooled(paths: list[Path]) -> list[tuple[dict, dict, int]]:
             if key in rows:
                 first, pool, runs = rows[key]
                 ratios = {name: pool["ratios"][name] + row["ratios"][name] for name in pool["ratios"]}
-                rows[key] = (first, {**pool, "ratios": ratios}, runs + 1)
+                same = {name: pool["same_text"][name] + row["same_text"][name] for name in pool["same_text"]} if (
+                    "same_text" in pool and "same_text" in row) else None
+                rows[key] = (first, {**pool, "ratios": ratios, **({"same_text": same} if same else {})}, runs + 1)
             else:
                 rows[key] = (record, row, 1)
     out = []
@@ -179,7 +186,8 @@ def pooled(paths: list[Path]) -> list[tuple[dict, dict, int]]:
 def table(paths: list[Path]) -> str:
     """The markdown table and the goals' aggregates of recorded runs (runs of a setting at one commit: pooled)."""
     lines = ["| date | commit | machine | drafter | dtype | mode | batch | runs | default × plain | best fixed (× plain) | "
-             "default / best fixed (90 % interval) | A/A |", "|" + "---|" * 12]
+             "default / best fixed (90 % interval) | same, where both decode plain's text (batches) | A/A |",
+             "|" + "---|" * 13]
     by_drafter: dict[str, list[float]] = {}
     versus_best, below_plain, misses = [], [], []
     for record, row, runs in pooled(paths):
@@ -187,10 +195,13 @@ def table(paths: list[Path]) -> str:
         pairs = [d / b for d, b in zip(ratios["default"], ratios[row["best_fixed"]])]
         bracket, paired = interval(pairs), statistics.median(pairs)
         shown = f"{paired:.3f}" + (f" ({bracket[0]:.3f}–{bracket[1]:.3f})" if bracket else "")
-        best = statistics.median(ratios[row["best_fixed"]])
+        best, same = statistics.median(ratios[row["best_fixed"]]), row.get("same_text")
+        alike = [pair for pair, *texts in zip(pairs, same["default"], same[row["best_fixed"]]) if all(texts)] if (
+            same) else []  # greedy: the batches on which both decoded plain's tokens (the same work)
+        alike = f"{statistics.median(alike):.3f} ({len(alike)} of {len(pairs)})" if alike else "–"
         lines.append(f"| {record['date']} | {row.get('commit', record['commit'])} | {record['machine']} | "
                      f"{row['drafter']} | {row['dtype']} | {row['mode']} | {row['batch']} | {runs} | "
-                     f"{row['default']:.3f} | {row['best_fixed']} ({best:.3f}) | {shown} | {row['aa']:.3f} |")
+                     f"{row['default']:.3f} | {row['best_fixed']} ({best:.3f}) | {shown} | {alike} | {row['aa']:.3f} |")
         by_drafter.setdefault(row["drafter"], []).append(row["default"])
         if row["drafter"] in ("head", "independent"):
             versus_best.append(paired)
@@ -251,17 +262,18 @@ def main() -> None:
             prompts = grounded_prompts() if kind == "prompt_lookup" else CHAT_PROMPTS
             for mode in args.modes.split(","):
                 for size in map(int, args.batch_sizes.split(",")):
-                    ratios = run_setting(target, tokenizer, drafter, list(prompts[: max(args.num_prompts, size)]), size,
-                                         mode, args.new_tokens, args.repeats, seed=size)
+                    ratios, same = run_setting(target, tokenizer, drafter, list(prompts[: max(args.num_prompts, size)]),
+                                               size, mode, args.new_tokens, args.repeats, seed=size)
                     medians = {name: statistics.median(values) for name, values in ratios.items()}
                     best = max(FIXED, key=medians.get)
                     row = {"drafter": kind, "dtype": dtype, "mode": mode, "batch": size, "ratios": ratios,
                            "default": medians["default"], "aa": medians["plain again"], "best_fixed": best,
-                           "default_vs_best": medians["default"] / medians[best]}
+                           "default_vs_best": medians["default"] / medians[best], **({"same_text": same} if same else {})}
                     record["settings"].append(row)
                     print(f"{kind:13} {dtype:8} {mode:7} b{size}: default {row['default']:.3f}x plain, "
-                          f"{row['default_vs_best']:.3f}x best fixed ({best} {medians[best]:.3f}x), A/A {row['aa']:.3f}",
-                          flush=True)
+                          f"{row['default_vs_best']:.3f}x best fixed ({best} {medians[best]:.3f}x), A/A {row['aa']:.3f}"
+                          + (f"; plain's text: default {sum(same['default'])}, {best} {sum(same[best])} of "
+                             f"{len(same[best])}" if same else ""), flush=True)
                     args.out.parent.mkdir(parents=True, exist_ok=True)
                     args.out.write_text(json.dumps(record, indent=1))
 
