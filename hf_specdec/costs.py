@@ -80,9 +80,7 @@ class StepCosts:
         width, depth = (1, 0) if shape is None else (shape.width, shape.depth)
         table = self._median
         verify = _curve(table, "verify", kind, width, reach=1 if self.pinned else 2)
-        if verify is None:
-            return None
-        return verify + (_curve(table, "draft", kind, depth) if depth else 0.0)
+        return None if verify is None else verify + (_curve(table, "draft", kind, depth) if depth else 0.0)
 
     def measured(self) -> dict[tuple, float]:
         """{(part, kind, size): ms} of everything measured (or pinned) so far."""
@@ -115,8 +113,7 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
 def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
     """The measured widths' costs, none below the plain step's (width 1): a draft nobody accepts never looks free.
     Otherwise as measured: a 4-token forward may cost less than a 3-token one (fp32 on some CPUs)."""
-    floor = points.get(1, 0.0)
-    return {width: max(ms, floor) for width, ms in points.items()}
+    return {width: max(ms, points.get(1, 0.0)) for width, ms in points.items()}
 
 
 def _line(points: dict[int, float], size: int) -> float | None:

@@ -109,11 +109,6 @@ class TreeDraftPolicy(DraftPolicy):
         object.__setattr__(self, "max_gamma", self.max_depth)
         super().__post_init__()
 
-    def start(self, batch_size: int, device: torch.device, **call) -> "Schedule":
-        schedule = Schedule(self, batch_size, device)
-        schedule.tree = self
-        return schedule
-
 
 #: The trees the default considers besides chains (top_k, max_depth, max_nodes): small, EAGLE-2-like, growing.
 TREE_MENU = ((4, 3, 8), (4, 4, 16), (4, 6, 32))
@@ -161,16 +156,13 @@ class CostAwareDraftPolicy(DraftPolicy):
 
 @dataclass(frozen=True)
 class Shape:
-    """A step's draft: a chain (`top_k` 0) of `depth` tokens, or a tree of `nodes` nodes, `depth` deep, `top_k` wide."""
+    """A step's draft: a chain (`top_k` 0) of `depth` tokens, or a tree of `nodes` nodes, `depth` deep, `top_k` wide;
+    `width`: the tokens per row the target's forward scores (the drafts and the row's last token)."""
 
     top_k: int
     depth: int
     nodes: int
-
-    @property
-    def width(self) -> int:
-        """Tokens per row the target's forward scores: the drafts and the row's last token."""
-        return self.nodes + 1
+    width = property(lambda self: self.nodes + 1)
 
 
 class Schedule:
@@ -187,7 +179,7 @@ class Schedule:
     def __init__(self, policy: DraftPolicy, batch_size: int, device: torch.device):
         self.policy = policy
         self.lengths = policy.initial_lengths(batch_size, device)  # [batch] long
-        tree = isinstance(policy, TreeDraftPolicy)
+        self.tree = tree = policy if isinstance(policy, TreeDraftPolicy) else None  # (a tree policy drafts itself)
         self.max_depth = policy.max_gamma  # most drafts a step may accept
         self.max_width = policy.max_nodes + 1 if tree else policy.max_gamma + 1  # most tokens a step verifies per row
         self.max_rank = policy.top_k if tree else 1  # most children per tree node
