@@ -213,20 +213,28 @@ class Schedule:
 PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR = 4.0, 32.0, 0.95, 0.5, 32.0
 
 
-def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tuple[float, float]]:
-    """[depth] (hits, trials) a setting's recent calls' rank-1 drafts ([call][depth] pairs) are worth to its next call:
-    pooled, scaled to what their agreement at depth 1 is worth (a beta-binomial prior's strength by moments: MAX_WEIGHT
-    drafts at most; under 4 calls PRIOR_WEIGHT); depth 1 counts PRIOR_WEIGHT drafts at `start` too (no zero price)."""
+def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tuple[float, float, float]]:
+    """[depth] (hits, trials, lift) a setting's recent calls' rank-1 drafts ([call][depth] pairs) are worth to its next
+    call: pooled, scaled to what their agreement at depth 1 is worth (a beta-binomial prior's strength by moments:
+    MAX_WEIGHT drafts at most; under 4 calls PRIOR_WEIGHT); depth 1 counts PRIOR_WEIGHT drafts at `start` too (no zero
+    price). `lift`: the odds of acceptance there over the depth before's, each call's drafts against what its own share
+    a depth up predicts (pooled, calls that differ read as a profile), drawn to 1 by PRIOR_WEIGHT drafts (1: unseen)."""
     pooled = [tuple(sum(call[depth][i] for call in calls if len(call) > depth) for i in (0, 1)) for depth in range(depths)]
+    lifts, odds = [1.0], lambda p: min(max(p, 0.01), 0.99) / (1 - min(max(p, 0.01), 0.99))  # noqa: E731
+    for depth, (hits, trials) in enumerate(pooled[1:], 1):
+        before = sum(call[depth][1] * call[depth - 1][0] / call[depth - 1][1]  # (tried at depth d: at d - 1 too)
+                     for call in calls if len(call) > depth and call[depth][1]) / trials if trials else 0.5
+        lifts.append(odds((hits + PRIOR_WEIGHT * before) / (trials + PRIOR_WEIGHT)) / odds(before))
     if not calls:
-        return pooled
+        return [(*pair, lift) for pair, lift in zip(pooled, lifts)]
     share, weight = pooled[0][0] / pooled[0][1], PRIOR_WEIGHT
     if len(calls) >= 4:
         chance = share * (1 - share) * statistics.fmean(1 / call[0][1] for call in calls)  # binomial spread alone
         spread = statistics.fmean((call[0][0] / call[0][1] - share) ** 2 for call in calls) - chance
         weight = min(MAX_WEIGHT, max(PRIOR_WEIGHT, share * (1 - share) / spread - 1 if spread > 0 else MAX_WEIGHT))
     first = (pooled[0][0] + PRIOR_WEIGHT * start) / (pooled[0][1] + PRIOR_WEIGHT)  # depth 1's share, with the start
-    return [(first * weight, weight), *((h * weight / pooled[0][1], t * weight / pooled[0][1]) for h, t in pooled[1:])]
+    return [(first * weight, weight, 1.0),
+            *((h * weight / pooled[0][1], t * weight / pooled[0][1], lift) for (h, t), lift in zip(pooled[1:], lifts[1:]))]
 
 
 class AdaptiveSchedule(Schedule):
@@ -241,7 +249,7 @@ class AdaptiveSchedule(Schedule):
         self.max_rank = max((shape.top_k for shape in menu), default=1) or 1
         self.declared = prior  # the drafter's own acceptance, if it declares one
         self.prior = torch.full((batch_size,), DEFAULT_PRIOR if prior is None else prior, dtype=torch.float64)
-        self.record = record_evidence(costs.accepted, self.max_depth, float(self.prior[0]))  # [depth] (hits, trials)
+        self.record = record_evidence(costs.accepted, self.max_depth, float(self.prior[0]))  # [depth] triples
         # [batch, depth] counts of rank-1 drafts: fading (hits, trials), and the call's whole (all_hits, all_trials)
         self.hits, self.trials, self.all_hits, self.all_trials = torch.zeros(4, batch_size, self.max_depth).double()
         self.rank_hits, self.rank_trials = torch.zeros(2, self.max_rank).double()  # [rank] fading, ranks 2.. (0: unused)
@@ -280,10 +288,11 @@ class AdaptiveSchedule(Schedule):
             pick(self.all_trials).tolist(), pick(self.prior).tolist(),
         ):
             call, row = prior, []  # the call's whole record over the setting's and a start, recent drafts on top
-            for depth, (record_hits, record_trials) in enumerate(self.record):
+            for depth, (record_hits, record_trials, lift) in enumerate(self.record):
                 start = PRIOR_WEIGHT if depth or not record_trials else 0.0  # (depth 1 with a record: the record's)
-                weight = record_trials + start  # the start: the depth before's estimate (depth 1: the row's prior)
-                call = (all_hits[depth] + record_hits + start * call) / (all_trials[depth] + weight)
+                weight = record_trials + start  # the start: the depth before's estimate at the record's odds over it
+                call = (all_hits[depth] + record_hits + start * call * lift / (1 - call + call * lift)) / (
+                    all_trials[depth] + weight)  # (depth 1: the row's prior)
                 estimate = (fade * hits[depth] + weight * call) / (fade * trials[depth] + weight)
                 estimate += optimism * math.sqrt(sat_out[depth] / (all_trials[depth] + PRIOR_WEIGHT))
                 row.append(min(1.0, estimate))
