@@ -171,6 +171,7 @@ def pooled(paths: list[Path]) -> list[tuple[dict, dict, int]]:
                 ratios = {name: pool["ratios"][name] + row["ratios"][name] for name in pool["ratios"]}
                 same = {name: pool["same_text"][name] + row["same_text"][name] for name in pool["same_text"]} if (
                     "same_text" in pool and "same_text" in row) else None
+                pool = {name: value for name, value in pool.items() if name != "same_text"}  # (a run without: none)
                 rows[key] = (first, {**pool, "ratios": ratios, **({"same_text": same} if same else {})}, runs + 1)
             else:
                 rows[key] = (record, row, 1)
