@@ -169,10 +169,12 @@ def pooled(paths: list[Path]) -> list[tuple[dict, dict, int]]:
             if key in rows:
                 first, pool, runs = rows[key]
                 ratios = {name: pool["ratios"][name] + row["ratios"][name] for name in pool["ratios"]}
-                same = {name: pool["same_text"][name] + row["same_text"][name] for name in pool["same_text"]} if (
-                    "same_text" in pool and "same_text" in row) else None
-                pool = {name: value for name, value in pool.items() if name != "same_text"}  # (a run without: none)
-                rows[key] = (first, {**pool, "ratios": ratios, **({"same_text": same} if same else {})}, runs + 1)
+                merged = {**pool, "ratios": ratios}
+                if "same_text" in pool and "same_text" in row:  # (a run without the record: none for the pool)
+                    merged["same_text"] = {name: pool["same_text"][name] + row["same_text"][name] for name in ratios}
+                else:
+                    merged.pop("same_text", None)
+                rows[key] = (first, merged, runs + 1)
             else:
                 rows[key] = (record, row, 1)
     out = []
@@ -199,10 +201,10 @@ def table(paths: list[Path]) -> str:
         best, same = statistics.median(ratios[row["best_fixed"]]), row.get("same_text")
         alike = [pair for pair, *texts in zip(pairs, same["default"], same[row["best_fixed"]]) if all(texts)] if (
             same) else []  # greedy: the batches on which both decoded plain's tokens (the same work)
-        alike = f"{statistics.median(alike):.3f} ({len(alike)} of {len(pairs)})" if alike else "–"
+        on_text = f"{statistics.median(alike):.3f} ({len(alike)} of {len(pairs)})" if alike else "–"
         lines.append(f"| {record['date']} | {row.get('commit', record['commit'])} | {record['machine']} | "
                      f"{row['drafter']} | {row['dtype']} | {row['mode']} | {row['batch']} | {runs} | "
-                     f"{row['default']:.3f} | {row['best_fixed']} ({best:.3f}) | {shown} | {alike} | {row['aa']:.3f} |")
+                     f"{row['default']:.3f} | {row['best_fixed']} ({best:.3f}) | {shown} | {on_text} | {row['aa']:.3f} |")
         by_drafter.setdefault(row["drafter"], []).append(row["default"])
         if row["drafter"] in ("head", "independent"):
             versus_best.append(paired)

@@ -220,7 +220,7 @@ def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tu
     price). `lift`: the odds of acceptance there over the depth before's, each call's drafts against what its own share
     a depth up predicts (pooled, calls that differ read as a profile), drawn to 1 by PRIOR_WEIGHT drafts (1: unseen)."""
     pooled = [tuple(sum(call[depth][i] for call in calls if len(call) > depth) for i in (0, 1)) for depth in range(depths)]
-    lifts, odds = [1.0], lambda p: min(max(p, 0.01), 0.99) / (1 - min(max(p, 0.01), 0.99))  # noqa: E731
+    lifts, odds = [1.0], lambda p: (q := min(max(p, 0.01), 0.99)) / (1 - q)  # noqa: E731
     for depth, (hits, trials) in enumerate(pooled[1:], 1):
         before = sum(call[depth][1] * call[depth - 1][0] / call[depth - 1][1]  # (tried at depth d: at d - 1 too)
                      for call in calls if len(call) > depth and call[depth][1]) / trials if trials else 0.5
