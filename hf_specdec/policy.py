@@ -274,11 +274,12 @@ class AdaptiveSchedule(Schedule):
         self._read = (float((agreement.clamp(min=floor) * read).nansum()), float(read.sum())) if read.sum() else None
         self._stale = True
 
-    def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
+    def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None, hopeful: bool = False) -> list[list[float]]:
         """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth
-        once the ones before were accepted: its recent drafts (fading) over the call's whole record, over the setting's
-        (`record_evidence`) and the depth before (depth 1: the record, or the row's prior); plus `optimism` times a bonus
-        that shrinks with the depth's drafts, grows with steps sat out (depth 1: any; deeper: drafting) (UCB's)."""
+        once the ones before were accepted: its recent drafts (fading) over the call's whole record (`hopeful`: the better
+        of the two; the recent drafts count a call's first misses twice), over the setting's (`record_evidence`) and the
+        depth before (depth 1: the record, or the row's prior); plus `optimism` times a bonus that shrinks with the depth's
+        drafts, grows with steps sat out (depth 1: any; deeper: drafting) (UCB's)."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
         fade, sat_out = DECAY**streak, [math.log1p(streak), *(math.log1p(self._drafted - at) for at in self._tried_at)]
@@ -293,7 +294,7 @@ class AdaptiveSchedule(Schedule):
                 weight = record_trials + start  # the start: the depth before's estimate at the record's odds over it
                 call = (all_hits[depth] + record_hits + start * call * lift / (1 - call + call * lift)) / (
                     all_trials[depth] + weight)  # (depth 1: the row's prior)
-                estimate = (fade * hits[depth] + weight * call) / (fade * trials[depth] + weight)
+                estimate = max((fade * hits[depth] + weight * call) / (fade * trials[depth] + weight), hopeful * call)
                 estimate += optimism * math.sqrt(sat_out[depth] / (all_trials[depth] + PRIOR_WEIGHT))
                 row.append(min(1.0, estimate))
             out.append(row)
@@ -361,10 +362,11 @@ class AdaptiveSchedule(Schedule):
         if not bool(rows.any()):
             return None
         gain = self.policy.min_gain if int(rows.sum()) == 1 else self.policy.batch_gain
-        alphas, ranks, steps = self.alphas(optimism, rows), self.ranks(), sum(r[2] for r in self.costs.delivered.values())
-        shape = best_shape(alphas, ranks, self._cost, self.menu, gain)  # whether to draft: without the shape bonus
+        ranks, steps = self.ranks(), sum(r[2] for r in self.costs.delivered.values())
+        # Whether to draft: no shape bonus, `hopeful` (a call's first misses do not let a paying drafter go); which: with it
+        shape = best_shape(self.alphas(optimism, rows, hopeful=True), ranks, self._cost, self.menu, gain)
         bold = functools.partial(self._cost, optimism=optimism, steps=steps)  # (steps: every shape's, summed once)
-        return shape and optimism and best_shape(alphas, ranks, bold, self.menu, gain) or shape  # which: with it
+        return shape and optimism and best_shape(self.alphas(optimism, rows), ranks, bold, self.menu, gain) or shape
 
     def _cost(self, shape: Shape | None, optimism: float = 0.0, steps: int = 0) -> float | None:
         """A step's ms over what the shape's steps committed of the tokens its estimates promised, less `optimism` times

@@ -116,6 +116,26 @@ def test_observed_acceptance_zero_lets_the_drafter_go():
     assert all(_depth(dead) == 0 for _ in range(1)) and not dead.drafting_pays(torch.tensor([True]))
 
 
+def test_a_few_early_rejections_do_not_let_a_paying_drafter_go():
+    """Whether to draft reads each depth at the better of the call's recent drafts and its whole record: the recent
+    drafts count a call's first rejections twice (they are the whole record too), so judged by them alone two misses
+    of a drafter whose calls accept 40 % would price it below a plain step. Many misses still let it go."""
+    costs = _measured()  # plain 20 ms, a chain of 1 24 ms: it pays above ~0.22 acceptance
+    for _ in range(2):
+        costs.remember(((14.0, 35.0),), ())  # two calls at 0.4 (a record worth PRIOR_WEIGHT drafts)
+    schedule = _schedule(costs, exploration=0.0, max_gamma=1)
+    _step(schedule, 0, 0)  # the prefill
+    assert _depth(schedule) == 1
+    for _ in range(2):
+        _step(schedule, 1, 0)
+    (recent,), (hopeful,) = schedule.alphas(), schedule.alphas(hopeful=True)
+    assert recent[0] < 0.2 < 0.25 < hopeful[0]  # the recent drafts alone would let it go (the negative control)
+    assert _depth(schedule) == 1
+    for _ in range(10):
+        _step(schedule, _depth(schedule), 0)
+    assert _depth(schedule) == 0 and not schedule.drafting_pays(torch.tensor([True]))
+
+
 def _measured():
     """Unpinned costs (they keep a record) with a plain step of 20 ms and a chain of 1 at 22 + 2 ms measured."""
     costs = StepCosts()
