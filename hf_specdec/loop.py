@@ -175,9 +175,10 @@ def speculative_decode(
         lens = lens + num_new
 
         # 4. Roll back both caches to the committed tokens; the last one is fed again next step. A plain step fed
-        # committed tokens only: the target's cache keeps them all (unless windows let it forget old ones).
+        # committed tokens only: the target's cache keeps them all (unless windows let it forget old ones, or a row
+        # that is done was fed its last token, which a tree step must find uncached: it is that row's root).
         num_valid = lens - pad_lens - 1  # [batch]
-        if fed_drafts or target.layout.bounded:
+        if fed_drafts or target.layout.bounded or left < len(active):
             target.rollback(torch.minimum(target.num_cached, num_valid), slack=schedule.max_width)
         if drafting is not None:
             drafting.observe(num_valid, step.features)

@@ -14,7 +14,7 @@ import hf_specdec
 import tiny_models
 from hf_specdec import costs, loop
 from hf_specdec.costs import StepCosts
-from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, Schedule
+from hf_specdec.policy import CostAwareDraftPolicy, DraftPolicy, Schedule, TreeDraftPolicy
 
 # A drafter that can never pay: the default drafts nothing, and lets it go when half the rows are done.
 NEVER = CostAwareDraftPolicy(costs=StepCosts(verify_ms={1: 1.0, 2: 2.0}, draft_ms=1e6), exploration=0.0)
@@ -265,3 +265,32 @@ def test_sampled_calls_that_let_a_drafting_drafter_go_stay_reproducible(target, 
     (first, first_stats, sizes), (second, second_stats, _) = runs
     assert min(sizes) < 6 and first_stats.drafted.sum() > 0
     assert torch.equal(first, second) and torch.equal(first_stats.emitted, second_stats.emitted)
+
+
+class _PlainThenTree(Schedule):
+    """Plain steps and trees of its policy in turn, as the default may take them once a row is done."""
+
+    def __init__(self, policy, batch_size, device):
+        super().__init__(policy, batch_size, device)
+        self.lengths, self._trees, self.tree = torch.zeros(batch_size, dtype=torch.long, device=device), self.tree, None
+
+    def update(self, *args, **kwargs):
+        self.tree = None if self.tree is not None else self._trees
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _PlainThenTreePolicy(TreeDraftPolicy):
+    def start(self, batch_size, device, **call):
+        return _PlainThenTree(self, batch_size, device)
+
+
+def test_a_tree_after_a_plain_step_feeds_a_done_rows_root_again(target, partial_drafter, batch6, monkeypatch):
+    """A plain step feeds every row its last token, a done row's too, and a tree must find each row's root uncached:
+    after a plain step with rows done the loop rolls those back, so plain steps and trees may alternate."""
+    input_ids, mask, eos = batch6
+    kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=False)
+    expected = target.generate(input_ids, attention_mask=mask, **kwargs)
+    policy = _PlainThenTreePolicy(top_k=2, max_depth=2, max_nodes=4)
+    out, stats, sizes = _run(target, partial_drafter, monkeypatch, input_ids, mask, policy=policy, **kwargs)
+    assert torch.equal(out, expected)
+    assert stats.tree_size_histogram.sum() > 0 and min(sizes) == 6  # trees ran, every row stayed
