@@ -24,10 +24,10 @@ class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
     for chains (a plain step is a chain of 0) and trees, and what its recent calls accepted (`accepted`, `ranks`). A
     size's first step warms its kernels and is no sample; a size is priced by the median of its latest SAMPLES steps
-    (under TRUSTED of them: at most what the trusted sizes say), others from the measured ones (`_curve`), up to twice
-    the widest (pinned: not beyond); with nothing measured, a plain step and a chain of 1 cost alike (a call drafts from
-    its first step where drafting pays at all). `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs by
-    hand, ignoring what calls measure (`CostAwareDraftPolicy(costs=...)` then decides the same everywhere)."""
+    (under TRUSTED of them: at most what the trusted sizes say), others from the measured ones (`_curve`), up to
+    twice the widest (pinned costs: not beyond).
+    `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand, ignoring what calls measure (a
+    `CostAwareDraftPolicy(costs=...)` then decides the same everywhere)."""
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
         self.pinned = verify_ms is not None  # pinned by hand: `record` and `remember` change nothing
@@ -79,8 +79,6 @@ class StepCosts:
         kind = "chain" if shape is None or shape.top_k == 0 else "tree"
         width, depth = (1, 0) if shape is None else (shape.width, shape.depth)
         table = self._median
-        if not table:  # nothing measured: a plain step and a chain of 1 alike (what calls measure prices them next)
-            return 1.0 if kind == "chain" and width <= 2 else None
         verify = _curve(table, "verify", kind, width, reach=1 if self.pinned else 2)
         return None if verify is None else verify + (_curve(table, "draft", kind, depth) if depth else 0.0)
 
@@ -94,7 +92,8 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
     widest (`_line`); drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width
     plus the median difference its measured widths showed (nothing measured: no difference)."""
     points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
-    points = _never_cheaper(points) if (part, kind) == ("verify", "chain") else points
+    if part == "verify" and kind == "chain":
+        points = _never_cheaper(points)
     if size in points:
         return points[size]
     if part == "draft":  # levels cost alike: the cheapest measured level's ms (a tree's from the chains' until measured)
@@ -119,8 +118,10 @@ def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
 
 def _line(points: dict[int, float], size: int) -> float | None:
     """Linear between two measured points (never falling); beyond them as the nearest: optimistic, so it is tried."""
-    if size in points or not points:
-        return points.get(size)
+    if not points:
+        return None
+    if size in points:
+        return points[size]
     below, above = [w for w in points if w < size], [w for w in points if w > size]
     if not below or not above:
         return points[max(below) if below else min(above)]

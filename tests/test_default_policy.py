@@ -65,20 +65,19 @@ def test_the_prefill_is_plain_and_the_prompt_sets_the_start():
 
 def test_a_step_is_planned_on_the_costs_recorded_before_it():
     """The loop records a step's time at the next step's start, then asks the schedule: a plan made when the loop asks
-    (not when it tells) already prices what the step before measured. A setting's first call drafts a chain of 1 from
-    its first step (nothing measured: it costs what a plain step does); the call's first draft is no sample (the
-    drafter reads the prompt), the next warms kernels, the third prices width 2, so the fourth goes deeper."""
+    (not when it tells) already prices what the step before measured. A setting's first call thus drafts from its
+    third step after the prefill (the first plain step warms kernels, the second prices plain); planned when told,
+    or skipping plans over plain steps before plain is priced, it would run a third plain step."""
     costs, one = StepCosts(), torch.ones(1, dtype=torch.bool)
     schedule = _schedule(costs)
     schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
-    zero, drafted = torch.zeros(1, dtype=torch.long), torch.ones(1, dtype=torch.long)
-    schedule.update(one, zero, zero, drafted=False, left=1)  # the prefill (not timed)
-    assert _depth(schedule) == 1
-    for step in range(3):  # chains of 1, all accepted; each one's time recorded as the next step starts
-        schedule.update(one, drafted, drafted, drafted=True, left=1)
-        if step:
-            costs.record("chain", 1, 2, 2.0, 21.0)
-        assert _depth(schedule) == (3 if step == 2 else 1)
+    plain = torch.zeros(1, dtype=torch.long)
+    schedule.update(one, plain, plain, drafted=False, left=1)  # the prefill (not timed)
+    assert not schedule.drafts()  # nothing priced
+    for step in range(2):  # two plain steps; each one's time is recorded as the next step starts
+        schedule.update(one, plain, plain, drafted=False, left=1)
+        costs.record("chain", 0, 1, 0.0, 20.0)
+        assert schedule.drafts() == (step == 1)
 
 
 @pytest.mark.parametrize("costs", [WIDTH_FREE, CPU_LIKE], ids=["width-free", "cpu-like"])
@@ -423,24 +422,25 @@ def test_trees_are_chosen_where_width_is_free_and_rank_two_is_often_right():
     assert chains.tree is None and _depth(chains) > 0
 
 
-def test_unmeasured_costs_start_on_a_chain_of_one_and_explore_by_doubling():
+def test_unmeasured_costs_start_plain_and_explore_by_doubling():
     costs = StepCosts()
     schedule = _schedule(costs)
     schedule.set_prior(torch.tensor([0.9]), torch.tensor([100]))
-    assert _depth(schedule) == 1  # nothing measured: a plain step and a chain of 1 cost alike
+    assert _depth(schedule) == 0  # no plain step measured yet: nothing to price against
+    costs.record("chain", 0, 1, 0.0, 200.0)
+    _step(schedule, 0, 0)
+    assert _depth(schedule) == 0  # the first plain step warmed the kernels: no sample
+    costs.record("chain", 0, 1, 0.0, 20.0)
+    _step(schedule, 0, 0)
+    assert _depth(schedule) == 1  # priced from one sample; widths up to twice the widest measured: a chain of 1
     costs.record("chain", 1, 2, 10.0, 205.0)
-    _step(schedule, 1, 1)
-    assert _depth(schedule) == 1  # a width's first step warmed the kernels: no sample
     costs.record("chain", 1, 2, 1.0, 20.5)
     _step(schedule, 1, 1)
-    assert _depth(schedule) == 3  # widths up to twice the widest measured (a plain step: as the nearest, width 2)
+    assert _depth(schedule) == 3  # width 4 now priced (from widths 1 and 2)
     costs.record("chain", 3, 4, 30.0, 215.0)
     costs.record("chain", 3, 4, 3.0, 21.5)
     _step(schedule, 3, 3)
     assert _depth(schedule) == 6
-    cold = _schedule(StepCosts(), exploration=0.0)  # a prompt that prices any draft out: plain, measured as it runs
-    cold.set_prior(torch.tensor([0.0]), torch.tensor([100]))
-    assert _depth(cold) == 0
 
 
 def test_a_size_with_few_samples_is_priced_by_them_but_never_above_what_the_trusted_sizes_say():
@@ -481,10 +481,10 @@ def test_each_width_is_priced_as_measured_and_never_below_a_plain_step():
 
 
 def test_step_costs_interpolate_extrapolate_and_cap():
-    costs = StepCosts()  # nothing measured: a plain step and a chain of 1 cost alike, nothing wider is priced
-    assert costs.estimate(None) == costs.estimate(Shape(0, 1, 1)) == 1.0 and costs.estimate(Shape(0, 2, 2)) is None
+    costs = StepCosts()
+    assert costs.estimate(None) is None
     costs.record("chain", 0, 1, 0.0, 90.0)  # the first step warms the kernels: no sample
-    assert costs.estimate(None) == 1.0
+    assert costs.estimate(None) is None
     for ms in (20.0, 22.0, 21.0):
         costs.record("chain", 0, 1, 0.0, ms)
     _ran(costs, "chain", 1, 2, 2.0, 24.0)
