@@ -152,6 +152,8 @@ def speculative_decode(
             num_draft = torch.where(active, torch.minimum(schedule.lengths, room), 0)  # [batch]
             num_draft = num_draft if int(num_draft.max()) > 0 else None
         if tree is not None:
+            if left < len(active):  # a plain step fed done rows their last token, which is a tree's root: uncache it
+                target.rollback(torch.minimum(target.num_cached, lens - pad_lens - 1), slack=schedule.max_width)
             step = tree_step(call, sequences, pad_lens, lens, active, room, tree, schedule.max_rank, keep_scores)
         else:
             extra = 0
@@ -175,10 +177,9 @@ def speculative_decode(
         lens = lens + num_new
 
         # 4. Roll back both caches to the committed tokens; the last one is fed again next step. A plain step fed
-        # committed tokens only: the target's cache keeps them all (unless windows let it forget old ones, or a row
-        # that is done was fed its last token, which a tree step must find uncached: it is that row's root).
+        # committed tokens only: the target's cache keeps them all (unless windows let it forget old ones).
         num_valid = lens - pad_lens - 1  # [batch]
-        if fed_drafts or target.layout.bounded or left < len(active):
+        if fed_drafts or target.layout.bounded:
             target.rollback(torch.minimum(target.num_cached, num_valid), slack=schedule.max_width)
         if drafting is not None:
             drafting.observe(num_valid, step.features)

@@ -286,7 +286,7 @@ class _PlainThenTreePolicy(TreeDraftPolicy):
 
 def test_a_tree_after_a_plain_step_feeds_a_done_rows_root_again(target, partial_drafter, batch6, monkeypatch):
     """A plain step feeds every row its last token, a done row's too, and a tree must find each row's root uncached:
-    after a plain step with rows done the loop rolls those back, so plain steps and trees may alternate."""
+    with rows done the loop rolls those back before a tree step, so plain steps and trees may alternate."""
     input_ids, mask, eos = batch6
     kwargs = dict(max_new_tokens=24, eos_token_id=eos, do_sample=False)
     expected = target.generate(input_ids, attention_mask=mask, **kwargs)
