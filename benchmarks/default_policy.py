@@ -15,7 +15,6 @@ told apart from one within noise.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 

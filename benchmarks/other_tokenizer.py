@@ -23,12 +23,13 @@ import hf_specdec
 from hf_specdec.bench.models import DEFAULT_DRAFTER
 from hf_specdec.bench.other_tokenizer import regathered, renumbered_tokenizer
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode
+from hf_specdec.cpu import describe
 from hf_specdec.drafters.translated import TranslatedDrafter
 from hf_specdec.loading import load_drafter
 from hf_specdec.smollm2 import load_smollm2
 
 sys.path.insert(0, os.path.dirname(__file__))
-from early_exit import commit, machine  # noqa: E402  (one definition of the machine and commit columns)
+from early_exit import commit  # noqa: E402  (one definition of the commit column)
 
 
 def main() -> None:
@@ -88,7 +89,7 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    result = {"date": stamp, "commit": measured_commit, "machine": machine(), "threads": 1, "prompts": args.prompts,
+    result = {"date": stamp, "commit": measured_commit, "machine": describe(), "threads": 1, "prompts": args.prompts,
               "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "rows": rows}
     with open(args.out, "w") as file:
         json.dump(result, file, indent=1)
