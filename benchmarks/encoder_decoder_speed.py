@@ -144,14 +144,18 @@ def main(argv=None) -> int:
     parser.add_argument("--pack-linears", type=int, default=None, metavar="MIN_ROWS",
                         help="hf_specdec.pack_linears(target and drafter, min_rows=MIN_ROWS) before every method: "
                              "oneDNN-packed float32 weights for products of at least MIN_ROWS rows")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="both models' weights (bfloat16: --pack-linears packs nothing)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
     whisper = args.shape.startswith("whisper")
     args.share = args.share if args.share is not None else (0.025 if whisper else 0.1)
     target, drafter = (whisper_pair if whisper else bart_pair)(args.share)
     for model in (target, drafter):
+        model.to(dtype)
         _no_eos(model)
         if args.pack_linears is not None:
             hf_specdec.pack_linears(model, min_rows=args.pack_linears)
@@ -160,7 +164,8 @@ def main(argv=None) -> int:
         generator = torch.Generator().manual_seed(batch)
         if args.shape.startswith("whisper"):
             with torch.no_grad():
-                hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator)).last_hidden_state
+                hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator).to(dtype))
+                hidden = hidden.last_hidden_state
             inputs = dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
                           decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch))
         else:
@@ -209,13 +214,14 @@ def main(argv=None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result = dict(shape=args.shape, tokens=args.tokens, share=args.share, draft_layers=DRAFT_LAYERS,
+    result = dict(shape=args.shape, dtype=args.dtype, tokens=args.tokens, share=args.share, draft_layers=DRAFT_LAYERS,
                   pack_linears=args.pack_linears, command=" ".join(["python", *sys.argv]),
                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
                   machine=f"{hf_specdec.cpu.describe()}, {torch.get_num_threads()} thread",
                   transformers=transformers.__version__, torch=torch.__version__, rows=rows)
     if args.out:
-        save(args.out, args.shape + ("" if args.pack_linears is None else f" packed {args.pack_linears}"), result)
+        key = args.shape + ("" if args.dtype == "float32" else f" {args.dtype}")
+        save(args.out, key + ("" if args.pack_linears is None else f" packed {args.pack_linears}"), result)
     print(json.dumps(result))
     return 0
 
