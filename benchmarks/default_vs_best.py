@@ -62,10 +62,11 @@ def timed(call) -> tuple[float, int]:
     return time.perf_counter() - start, out
 
 
-def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_tokens, repeats, seed):
+def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_tokens, repeats, seed, trace=None):
     """{method: [ratio to plain per batch and repeat]} of one setting, and (greedy) {method: [whether its tokens are
     plain's]}: in bf16 a near-tie of the target's top two logits may fall the other way at another verification width,
-    and from there a method decodes other text, which may copy more or less of the prompt (prompt lookup)."""
+    and from there a method decodes other text, which may copy more or less of the prompt (prompt lookup).
+    `trace` (a list): each of the default's calls appends what it drafted (`shapes`); they then pay for `stats=`."""
     ids = encode(tokenizer, prompts)
     groups = batches(ids, batch_size, tokenizer.pad_token_id)
     sampling = dict(do_sample=True, temperature=0.7) if mode == "sampled" else dict(do_sample=False)
@@ -79,7 +80,11 @@ def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_token
                 out = target.generate(**inputs, **kwargs)
             else:
                 gamma = None if name == "default" else FIXED[name]
-                out = target.generate(**inputs, drafter=drafter, gamma=gamma, **kwargs)
+                stats = hf_specdec.SpeculativeStats() if trace is not None and gamma is None else None
+                traced = {"stats": stats} if stats else {}
+                out = target.generate(**inputs, drafter=drafter, gamma=gamma, **kwargs, **traced)
+                if stats is not None:
+                    trace.append(shapes(stats))
             return int((out[:, inputs["input_ids"].shape[1]:] != tokenizer.pad_token_id).sum()), out
         return call
 
@@ -102,6 +107,13 @@ def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_token
                 if same is not None:
                     same[name].append(torch.equal(outs[name], outs["plain"]))
     return ratios, same
+
+
+def shapes(stats) -> dict:
+    """A call's row-steps by the depth they drafted (0: plain; a tree's depth too) and its tree steps by their nodes."""
+    drafted = {depth: count for depth, count in enumerate(stats.drafted_histogram.sum(dim=0).tolist()) if count}
+    trees = {nodes: count for nodes, count in enumerate(stats.tree_sizes.tolist()) if nodes and count}
+    return {"by depth": drafted, "trees by nodes": trees, "target forwards": stats.target_forwards}
 
 
 def first_call(dtype: str, drafter_kind: str, batch_size: int, new_tokens: int, prompt: int = 0) -> dict:
@@ -238,6 +250,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=0, help="--first-call in this process: the prompt batch")
     parser.add_argument("--one-prompt", action="store_true", help="--first-call: every process on the same prompt")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 prompts, 8 tokens")
+    parser.add_argument("--trace", action="store_true",
+                        help="record what each of the default's calls drafted (its calls then also pay for stats=)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/data/default_vs_best.json"))
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of recorded runs instead of running")
     args = parser.parse_args()
@@ -265,13 +279,15 @@ def main() -> None:
             prompts = grounded_prompts() if kind == "prompt_lookup" else CHAT_PROMPTS
             for mode in args.modes.split(","):
                 for size in map(int, args.batch_sizes.split(",")):
+                    trace = [] if args.trace else None
                     ratios, same = run_setting(target, tokenizer, drafter, list(prompts[: max(args.num_prompts, size)]),
-                                               size, mode, args.new_tokens, args.repeats, seed=size)
+                                               size, mode, args.new_tokens, args.repeats, seed=size, trace=trace)
                     medians = {name: statistics.median(values) for name, values in ratios.items()}
                     best = max(FIXED, key=medians.get)
                     row = {"drafter": kind, "dtype": dtype, "mode": mode, "batch": size, "ratios": ratios,
                            "default": medians["default"], "aa": medians["plain again"], "best_fixed": best,
-                           "default_vs_best": medians["default"] / medians[best], **({"same_text": same} if same else {})}
+                           "default_vs_best": medians["default"] / medians[best],
+                           **({"same_text": same} if same else {}), **({"default_trace": trace} if trace else {})}
                     record["settings"].append(row)
                     print(f"{kind:13} {dtype:8} {mode:7} b{size}: default {row['default']:.3f}x plain, "
                           f"{row['default_vs_best']:.3f}x best fixed ({best} {medians[best]:.3f}x), A/A {row['aa']:.3f}"
