@@ -135,7 +135,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     trees: bool = True
     min_gain: float = 0.02
     batch_gain: float = 0.05
-    exploration: float = 0.15
+    exploration: float = 0.08
     costs: object | None = None
 
     def __post_init__(self) -> None:
