@@ -81,8 +81,7 @@ def run_setting(target, tokenizer, drafter, prompts, batch_size, mode, new_token
             else:
                 gamma = None if name == "default" else FIXED[name]
                 stats = hf_specdec.SpeculativeStats() if trace is not None and gamma is None else None
-                traced = {"stats": stats} if stats else {}
-                out = target.generate(**inputs, drafter=drafter, gamma=gamma, **kwargs, **traced)
+                out = target.generate(**inputs, drafter=drafter, gamma=gamma, stats=stats, **kwargs)
                 if stats is not None:
                     trace.append(shapes(stats))
             return int((out[:, inputs["input_ids"].shape[1]:] != tokenizer.pad_token_id).sum()), out
