@@ -234,6 +234,26 @@ def table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def by_prompt(paths: list[Path]) -> str:
+    """Per pooled setting, each prompt batch's geometric mean over the runs of every method's ratio to plain, and of the
+    default's over each fixed shape's on the same calls (with `--repeats`, each repeat of a batch is a row of its own)."""
+    geo = lambda values: math.exp(statistics.fmean(map(math.log, values)))  # noqa: E731
+    lines = []
+    for record, row, runs in pooled(paths):
+        ratios, names = row["ratios"], [name for name in row["ratios"] if name != "plain again"]
+        batches = len(ratios["default"]) // runs
+        lines += [f"{row.get('commit', record['commit'])} {row['drafter']} {row['dtype']} {row['mode']} "
+                  f"b{row['batch']}, {runs} runs: × plain; default / each",
+                  "| batch | " + " | ".join(names) + " | " + " | ".join(f"default / {n}" for n in FIXED) + " |",
+                  "|" + "---|" * (1 + len(names) + len(FIXED))]
+        for batch in range(batches):
+            pick = lambda values: values[batch::batches]  # noqa: E731
+            means = [geo(pick(ratios[name])) for name in names]
+            versus = [geo([d / f for d, f in zip(pick(ratios["default"]), pick(ratios[name]))]) for name in FIXED]
+            lines.append(f"| {batch} | " + " | ".join(f"{m:.3f}" for m in means + versus) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--drafters", default="head,independent,unrelated,prompt_lookup")
@@ -253,9 +273,10 @@ def main() -> None:
                         help="record what each of the default's calls drafted (its calls then also pay for stats=)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/data/default_vs_best.json"))
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of recorded runs instead of running")
+    parser.add_argument("--by-prompt", action="store_true", help="--table: each prompt batch's ratios instead")
     args = parser.parse_args()
     if args.table:
-        print(table(args.table))
+        print(by_prompt(args.table) if args.by_prompt else table(args.table))
         return
     torch.set_num_threads(args.threads)
     if args.quick:

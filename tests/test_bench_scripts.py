@@ -38,3 +38,26 @@ def test_the_probe_reports_a_script_that_does_not_import(tmp_path):
     done = subprocess.run([sys.executable, "-c", PROBE, str(BENCHMARKS), str(tmp_path), "broken"],
                           capture_output=True, text=True, timeout=300)
     assert "ImportError" in json.loads(done.stdout.splitlines()[-1])["broken"]
+
+
+def test_the_table_by_prompt_takes_each_batch_over_the_runs(tmp_path):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import default_vs_best as bench
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    names = ["plain again", "default", *bench.FIXED]
+    paths = []
+    for run, (first, second) in enumerate(((1.0, 2.0), (4.0, 0.5))):  # batch 0 and batch 1 of each run
+        ratios = {name: [first, second] for name in names}
+        ratios["tree 4/3/8"] = [2 * first, second]
+        row = {"drafter": "head", "dtype": "bfloat16", "mode": "greedy", "batch": 1, "ratios": ratios}
+        paths.append(tmp_path / f"run{run}.json")
+        paths[-1].write_text(json.dumps({"date": "d", "commit": "c", "machine": "m", "settings": [row]}))
+    lines = bench.by_prompt(paths).splitlines()
+    assert lines[0] == "c head bfloat16 greedy b1, 2 runs: × plain; default / each"
+    rows = [line.split(" | ") for line in lines[3:]]
+    assert [row[0] for row in rows] == ["| 0", "| 1"] and len(rows[0]) == 1 + (len(names) - 1) + len(bench.FIXED)
+    assert rows[0][1] == "2.000" and rows[1][1] == "1.000"  # the default's: sqrt(1 x 4), sqrt(2 x 0.5)
+    assert rows[0][1 + names.index("tree 4/3/8") - 1] == "4.000"
+    assert rows[0][-2] == "0.500" and rows[1][-2] == "1.000"  # default / tree 4/3/8
