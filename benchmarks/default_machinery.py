@@ -4,7 +4,7 @@ decides: the default with step costs pinned so that it drafts the same chain eve
 methods make the same target forwards (printed), so their time ratio is the machinery's cost.
 
 Run from the repo root with one core and one thread:
-    nice -n -15 taskset -c 1 python benchmarks/default_machinery.py --out benchmarks/data/default_machinery.json
+    nice -n -15 taskset -c 1 python benchmarks/default_machinery.py --out benchmarks/data/default_machinery_367b111_zen5.json
 """
 
 from __future__ import annotations

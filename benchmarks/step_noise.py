@@ -3,7 +3,7 @@ random prompt of each length, repeated in rounds; each cell is the median of 5 f
 machine shared with other work shows slow stretches that hit whatever runs then, whatever its width.
 
 Run from the repo root with one core and one thread:
-    nice -n -15 taskset -c 1 python benchmarks/step_noise.py --out benchmarks/data/step_noise.json
+    nice -n -15 taskset -c 1 python benchmarks/step_noise.py --out benchmarks/data/step_noise_367b111_zen5.json
 """
 
 from __future__ import annotations
