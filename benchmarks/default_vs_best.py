@@ -224,7 +224,7 @@ def table(paths: list[Path]) -> str:
         if row["default"] < 1 - abs(1 - row["aa"]):
             below_plain.append(f"{row['drafter']} {row['dtype']} {row['mode']} b{row['batch']} "
                                f"{row['default']:.3f} (A/A {row['aa']:.3f})")
-    geo = lambda values: math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
+    geo = lambda values: statistics.geometric_mean(values) if values else math.nan  # noqa: E731
     lines += ["", f"- default / best fixed shape, head and independent drafter, geometric mean over "
                   f"{len(versus_best)} settings: {geo(versus_best):.3f}; settings whose interval lies below 0.90: "
                   f"{len(misses)}"]
@@ -236,8 +236,7 @@ def table(paths: list[Path]) -> str:
 
 def by_prompt(paths: list[Path]) -> str:
     """Per pooled setting, each prompt batch's geometric mean over the runs of every method's ratio to plain, and of the
-    default's over each fixed shape's on the same calls (with `--repeats`, each repeat of a batch is a row of its own)."""
-    geo = lambda values: math.exp(statistics.fmean(map(math.log, values)))  # noqa: E731
+    default's over each fixed shape's on the same calls (with `--repeats`, each repeat of a batch is a row)."""
     lines = []
     for record, row, runs in pooled(paths):
         ratios, names = row["ratios"], [name for name in row["ratios"] if name != "plain again"]
@@ -248,8 +247,9 @@ def by_prompt(paths: list[Path]) -> str:
                   "|" + "---|" * (1 + len(names) + len(FIXED))]
         for batch in range(batches):
             pick = lambda values: values[batch::batches]  # noqa: E731
-            means = [geo(pick(ratios[name])) for name in names]
-            versus = [geo([d / f for d, f in zip(pick(ratios["default"]), pick(ratios[name]))]) for name in FIXED]
+            means = [statistics.geometric_mean(pick(ratios[name])) for name in names]
+            versus = [statistics.geometric_mean([d / f for d, f in zip(pick(ratios["default"]), pick(ratios[name]))])
+                      for name in FIXED]
             lines.append(f"| {batch} | " + " | ".join(f"{m:.3f}" for m in means + versus) + " |")
     return "\n".join(lines)
 
