@@ -23,11 +23,9 @@ CALLS, FADE = 16, 0.99  # calls whose acceptance a setting remembers; the share 
 class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
     for chains (a plain step is a chain of 0) and trees, and what its recent calls accepted (`accepted`, `ranks`). A
-    size's first step warms its kernels and is no sample; a size is priced by the median of its latest SAMPLES steps
-    (under TRUSTED of them: at most what the trusted sizes say), others from the measured ones (`_curve`), up to
-    twice the widest (pinned costs: not beyond).
-    `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs by hand, ignoring what calls measure (a
-    `CostAwareDraftPolicy(costs=...)` then decides the same everywhere)."""
+    size's first step is no sample; a size is priced by the median of its latest SAMPLES steps (under TRUSTED: at most
+    what the trusted sizes say), others by `_curve` up to twice the widest (pinned: not beyond). `StepCosts(verify_ms=
+    {1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs, ignoring what calls measure (the default then decides alike anywhere)."""
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
         self.pinned = verify_ms is not None  # pinned by hand: `record` and `remember` change nothing
@@ -64,8 +62,7 @@ class StepCosts:
         children's fading (hits, trials) by rank: where the setting's next call starts."""
         if not self.pinned:
             with self._lock:  # replaced whole, read without the lock
-                self.accepted = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:]
-                self.ranks = ranks
+                self.accepted, self.ranks = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:], ranks
 
     def deliver(self, shape, committed: float, expected: float) -> None:
         """A step of `shape` committed `committed` tokens per row where the policy expected `expected`."""

@@ -160,7 +160,7 @@ def speculative_decode(
             if prefill and drafting is not None and schedule.wants_prior:  # never widen the prefill's chunk: a model
                 extra = min(PROMPT_POSITIONS, int((lens - pad_lens).max()) - 1)  # placing tokens itself would shift
             step = chain_step(call, sequences, pad_lens, lens, active, left, num_draft, no_draft, keep_scores,
-                              caught_up=not prefill, extra_logits=extra)
+                              caught_up=not prefill, extra_logits=extra, path_stop=schedule.path_stop)
         fed_drafts = step.width > 1 or step.nodes is not None  # (a tree step feeds its roots even where none drafted)
 
         # 3. Commit, checking the stopping criteria after every token, not only at the step's end.
@@ -193,7 +193,8 @@ def speculative_decode(
         # 5. Learn: the schedule hears what was accepted (and, after the prefill, how the drafter did on the prompt);
         # the step's wall time is recorded at the next step's sync.
         if drafting is not None:
-            schedule.update(active, step.num_drafted, step.num_accepted, step.outcomes, step.width > 1, left)
+            schedule.update(active, step.num_drafted, step.num_accepted, step.outcomes, step.width > 1, left,
+                            step.confidence)
             if prefill and step.prompt_logits is not None and step.prompt_logits.shape[1]:
                 ctx = DraftContext(sequences, pad_lens, lens, active, vocab_size, do_sample, generator, process)
                 guess = drafting.score_prompt(ctx, step.prompt_logits.shape[1])

@@ -117,10 +117,10 @@ TREE_MENU = ((4, 3, 8), (4, 4, 16), (4, 6, 32))
 @dataclass(frozen=True, kw_only=True)
 class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
-    trees of `TREE_MENU` with the most expected committed tokens per millisecond: acceptance is the call's own per row
-    and depth (and tree rank), from the setting's recent calls (its first: from the prompt); step costs and what each
-    shape delivers are measured as calls run (`hf_specdec.costs`); optimism bonuses bound how long a drafter, or a shape
-    it ran, that could pay stays untried. docs/policies.md.
+    trees of `TREE_MENU` with the most expected committed tokens per ms, from acceptance per row and depth (and tree
+    rank: the call's own, the setting's recent calls', the prompt's) and step costs measured as calls run
+    (`hf_specdec.costs`); a chain's row stops once its drafts' odds no longer pay for a level (`min_path`); optimism
+    bonuses bound how long a drafter, or a shape it ran, that could pay stays untried. docs/policies.md.
 
     Args:
         max_gamma: longest chain considered.
@@ -170,11 +170,9 @@ class Schedule:
     ([batch] long; 0 everywhere: a plain step). `update` hears every verification."""
 
     tree: TreeDraftPolicy | None = None
-    #: The agreement on the prompt, if the schedule reads it (`set_prior`).
-    wants_prior: bool = False
-    #: Whether the loop records this call's step times in the setting's StepCosts: the default's calls only, so what
-    #: it knows of a shape is what its own steps measured (a fixed shape's calls teach it nothing).
-    timed: bool = False
+    wants_prior: bool = False  # whether it reads the drafter's agreement on the prompt (`set_prior`)
+    timed: bool = False  # whether the loop records its steps' times (the default's only: a fixed shape's teach it nothing)
+    path_stop = (0.0, 1.0)  # the next chain's (min_path, path_scale): `hf_specdec.drafters.base.DraftContext`
 
     def __init__(self, policy: DraftPolicy, batch_size: int, device: torch.device):
         self.policy = policy
@@ -189,9 +187,9 @@ class Schedule:
 
     def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor,
                outcomes: tuple[torch.Tensor, torch.Tensor] | None = None, drafted: bool = True,
-               left: int | None = None) -> None:
+               left: int | None = None, confidence: torch.Tensor | None = None) -> None:
         """After a verification: active rows, drafts (a tree's depth), accepted drafts ([batch] each), a tree's (trials,
-        hits) [batch, depth, rank] (`tree.tree_outcomes`), whether it drafted, and its active rows' count."""
+        hits) [batch, depth, rank], whether it drafted, its active rows' count, a chain's drafts' probabilities if scored."""
         if self.tree is None:
             self.lengths = self.policy.next_lengths(self.lengths, active, num_drafted, num_accepted)
 
@@ -214,11 +212,9 @@ PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR = 4.0, 32.0, 0.95
 
 
 def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tuple[float, float, float]]:
-    """[depth] (hits, trials, lift) a setting's recent calls' rank-1 drafts ([call][depth] pairs) are worth to its next
-    call: pooled, scaled to what their agreement at depth 1 is worth (a beta-binomial prior's strength by moments:
-    MAX_WEIGHT drafts at most; under 4 calls PRIOR_WEIGHT); depth 1 counts PRIOR_WEIGHT drafts at `start` too (no zero
-    price). `lift`: the odds of acceptance there over the depth before's, each call's drafts against what its own share
-    a depth up predicts (pooled, calls that differ read as a profile), drawn to 1 by PRIOR_WEIGHT drafts (1: unseen)."""
+    """[depth] (hits, trials, lift) the setting's recent calls' rank-1 drafts ([call][depth] pairs) are worth to its next
+    call: pooled, worth PRIOR_WEIGHT to MAX_WEIGHT drafts as the calls' first-draft shares agree (depth 1 also counts
+    PRIOR_WEIGHT at `start`); `lift`: each depth's odds of acceptance over the depth before's (docs/policies.md)."""
     pooled = [tuple(sum(call[depth][i] for call in calls if len(call) > depth) for i in (0, 1)) for depth in range(depths)]
     lifts, odds = [1.0], lambda p: (q := min(max(p, 0.01), 0.99)) / (1 - q)  # noqa: E731
     for depth, (hits, trials) in enumerate(pooled[1:], 1):
@@ -259,7 +255,8 @@ class AdaptiveSchedule(Schedule):
         # _left -1: no plan yet; _stale: whether what was heard since the plan asks for a new one (the prefill: plain)
         self.steps, self._tree, self._left, self._depth, self._evidence_at, self._stale = 0, None, -1, 0, 0, False
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
-        self._planned = (None, None)  # the shape the next step calibrates, and the rows' acceptance it was planned on
+        # `_planned`: the shape the next step calibrates and the acceptance it was planned on; `_odds`: the call's scored
+        self._planned, self._odds = (None, None), (PRIOR_WEIGHT, PRIOR_WEIGHT)  # drafts accepted, their odds' sum
         # A setting's first calls read the prompt, later ones its record; `_read`: (hits, positions) the prompt said.
         self.wants_prior, self._read = not costs.accepted, None
 
@@ -275,19 +272,15 @@ class AdaptiveSchedule(Schedule):
         self._stale = True
 
     def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None, hopeful: bool = False) -> list[list[float]]:
-        """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth
-        once the ones before were accepted: its recent drafts (fading) over the call's whole record (`hopeful`: the better
-        of the two; the recent drafts count a call's first misses twice), over the setting's (`record_evidence`) and the
-        depth before (depth 1: the record, or the row's prior); plus `optimism` times a bonus that shrinks with the depth's
-        drafts, grows with steps sat out (depth 1: any; deeper: drafting) (UCB's)."""
+        """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth once
+        the ones before were accepted: recent drafts (fading) over the call's record (`hopeful`: the better of the two),
+        over the setting's and the depth before's; plus `optimism` times a UCB bonus that grows with steps sat out."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
         fade, sat_out = DECAY**streak, [math.log1p(streak), *(math.log1p(self._drafted - at) for at in self._tried_at)]
         out = []
-        for hits, trials, all_hits, all_trials, prior in zip(
-            pick(self.hits).tolist(), pick(self.trials).tolist(), pick(self.all_hits).tolist(),
-            pick(self.all_trials).tolist(), pick(self.prior).tolist(),
-        ):
+        columns = (self.hits, self.trials, self.all_hits, self.all_trials, self.prior)
+        for hits, trials, all_hits, all_trials, prior in zip(*(pick(column).tolist() for column in columns)):
             call, row = prior, []  # the call's whole record over the setting's and a start, recent drafts on top
             for depth, (record_hits, record_trials, lift) in enumerate(self.record):
                 start = PRIOR_WEIGHT if depth or not record_trials else 0.0  # (depth 1 with a record: the record's)
@@ -306,7 +299,7 @@ class AdaptiveSchedule(Schedule):
         return [((self.rank_hits[k] + PRIOR_WEIGHT * prior[k - 1]) / (self.rank_trials[k] + PRIOR_WEIGHT)).item()
                 for k in range(1, self.max_rank)]
 
-    def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None) -> None:
+    def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None, confidence=None) -> None:
         self.steps += 1
         if not drafted and left == self._left and self.costs.estimate(None) is not None:  # plain again, same rows,
             streak, still = self.steps - self._evidence_at, not self.policy.exploration and not self._evidence_at
@@ -327,11 +320,13 @@ class AdaptiveSchedule(Schedule):
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
                 trials = ((depth <= row_drafts[:, None]) & (depth <= accepted[:, None] + 1)).double()
                 hits = (depth <= accepted[:, None]).double() * trials
+                if confidence is not None:  # what the drafter's odds were worth: its accepted drafts over their sum
+                    odds = torch.nn.functional.pad(confidence.cpu().double(), (0, self.max_depth))[:, : self.max_depth]
+                    self._odds = (self._odds[0] + float(hits.sum()), self._odds[1] + float((odds * trials).sum()))
             else:  # a tree: rank 1 feeds the per-depth counts, ranks 2.. the pooled ones
                 trials_all, hits_all = (t.cpu().double() * rows[:, None, None] for t in outcomes)
                 trials, hits = trials_all[:, :, 0], hits_all[:, :, 0]
-                pad = self.max_depth - trials.shape[1]
-                trials, hits = (torch.nn.functional.pad(t, (0, pad))[:, : self.max_depth] for t in (trials, hits))
+                trials, hits = (torch.nn.functional.pad(t, (0, self.max_depth))[:, : self.max_depth] for t in (trials, hits))
                 width = min(self.max_rank, trials_all.shape[2])
                 self.rank_trials[1:width] = DECAY * self.rank_trials[1:width] + trials_all[:, :, 1:width].sum(dim=(0, 1))
                 self.rank_hits[1:width] = DECAY * self.rank_hits[1:width] + hits_all[:, :, 1:width].sum(dim=(0, 1))
@@ -348,9 +343,16 @@ class AdaptiveSchedule(Schedule):
         shape, self._stale = self._best(self._rows, self.policy.exploration), False
         tree = shape is not None and shape.top_k
         self._tree = TreeDraftPolicy(top_k=shape.top_k, max_depth=shape.depth, max_nodes=shape.nodes) if tree else None
-        calibrated = shape is not None and (shape.top_k or not self.wants_prior)  # (a chain: the record's bias)
-        self._planned = (shape, self.alphas()) if calibrated else (None, None)  # and the acceptance it was planned on
-        self._depth = 0 if shape is None or shape.top_k else shape.depth
+        alphas = self.alphas() if shape is not None else None  # the acceptance the step is planned on
+        self._planned = (shape, alphas) if shape and (shape.top_k or not self.wants_prior) else (None, None)  # calibrates
+        scored = self._odds[1] > PRIOR_WEIGHT  # (a drafter that scores its drafts: up to max_gamma, its odds decide)
+        self._depth = 0 if shape is None or shape.top_k else self.policy.max_gamma if scored else shape.depth
+        if self._depth:  # a row drafts on while its odds, times a next draft's acceptance, buy a level's ms at the
+            plain, rows = self.costs.estimate(None), [a for a, row in zip(alphas, self._rows.tolist()) if row]  # rate
+            level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
+            rate = statistics.harmonic_mean(expected_tokens(rows, self.ranks(), shape)) / self._cost(shape)  # tokens/ms
+            floor = level * rate / statistics.fmean((row * 2)[1] for row in rows)  # (the rows' second drafts')
+            self.path_stop = (max(0.0, floor), self._odds[0] / self._odds[1])
 
     tree = property(lambda self: self._plan() or self._tree)
     lengths = property(lambda self: self._plan() or torch.full(self._rows.shape, self._depth, device=self.device))

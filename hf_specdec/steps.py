@@ -37,6 +37,7 @@ class Verified:
     outcomes: tuple[torch.Tensor, torch.Tensor] | None = None  # a tree's (trials, hits), `tree.tree_outcomes`
     nodes: torch.Tensor | None = None  # [batch] a tree's drafted nodes
     drafted_at: float = 0.0  # time.perf_counter() when drafting ended (the step's verification began)
+    confidence: torch.Tensor | None = None  # [batch, width - 1] the drafter's probability of each draft, if it scored them
 
 
 @dataclass
@@ -55,14 +56,16 @@ class Call:
 
 
 def chain_step(call: Call, sequences, pad_lens, lens, active, left: int, num_draft: torch.Tensor | None,
-               no_draft: Draft, keep_scores: bool, caught_up: bool, extra_logits: int = 0) -> Verified:
+               no_draft: Draft, keep_scores: bool, caught_up: bool, extra_logits: int = 0,
+               path_stop: tuple[float, float] = (0.0, 1.0)) -> Verified:
     """Drafts up to `num_draft[b]` tokens in row b ([batch]; None: a plain step) and verifies them. `extra_logits`:
-    also return the target's logits at that many positions before the step's own (the prompt's, at the prefill)."""
+    also return the target's logits at that many positions before the step's own (the prompt's, at the prefill);
+    `path_stop`: the schedule's (min_path, path_scale) (`DraftContext`)."""
     draft, num_drafted, width = no_draft, no_draft.num_drafted, 0
     drafted_at = time.perf_counter()
     if num_draft is not None:
         ctx = DraftContext(sequences, pad_lens, lens, active, call.vocab_size, call.do_sample, call.generator,
-                           call.process, call.min_confidence, call.target)
+                           call.process, call.min_confidence, call.target, *path_stop)
         draft = call.drafting.propose(ctx, num_draft)
         num_drafted = torch.minimum(draft.num_drafted, num_draft)  # [batch]
         # Verify only as many columns as some row drafted: a drafter may return a wider tensor (prompt lookup finding
@@ -90,7 +93,8 @@ def chain_step(call: Call, sequences, pad_lens, lens, active, left: int, num_dra
     else:
         committed, num_accepted = verify_greedy(draft.tokens, target_scores, num_drafted)
     return Verified(committed, num_accepted, num_drafted, width + 1, target_scores if keep_scores else None,
-                    target_logits if keep_scores else None, features, prompt_logits, drafted_at=drafted_at)
+                    target_logits if keep_scores else None, features, prompt_logits, drafted_at=drafted_at,
+                    confidence=draft.confidence)
 
 
 def tree_step(call: Call, sequences, pad_lens, lens, active, room: torch.Tensor, shape: TreeDraftPolicy,

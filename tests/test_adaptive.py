@@ -13,7 +13,7 @@ from hf_specdec.compat import check_gamma
 from hf_specdec.drafters.base import DraftContext
 from hf_specdec.drafters.model import ModelDrafter, ModelDraftSession
 from hf_specdec.errors import InvalidGammaError
-from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy
+from hf_specdec.policy import DraftPolicy, HeuristicDraftPolicy, Schedule
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +129,46 @@ def test_confidence_stop_ends_each_row_after_its_first_doubtful_token(close_draf
         assert count == cap or confidence[-1] < threshold  # ...and stopped right after a doubtful token
 
 
+@torch.no_grad()
+def test_path_stop_ends_each_row_once_its_drafts_probabilities_multiply_below_the_floor(close_drafter):
+    input_ids, attention_mask = tiny_models.prompts(batch=8, seed=4)
+    floor, cap = 0.02, 6
+    session = ModelDrafter(close_drafter).start(close_drafter, 8, torch.device("cpu"))
+    context = dataclasses.replace(_greedy_context(input_ids, attention_mask, 0.0), min_path=floor)
+    draft = session.propose(context, torch.full((8,), cap))
+    counts = draft.num_drafted.tolist()
+    assert len(set(counts)) > 1 and min(counts) >= 1  # rows stopped independently
+    for row, count in enumerate(counts):
+        tokens = input_ids[row, attention_mask[row].bool()]
+        drafted = draft.tokens[row, :count]
+        probs = close_drafter(torch.cat([tokens, drafted])[None]).logits[0, tokens.shape[0] - 1 :].softmax(dim=-1)
+        path = probs[torch.arange(count), drafted].cumprod(dim=0)  # the drafter's odds that all of them are accepted
+        assert (path[:-1] >= floor).all()  # it kept going while the odds held...
+        assert count == cap or path[-1] < floor  # ...and stopped right after the draft that took them below the floor
+    # Odds read at twice the drafter's probabilities (a drafter that says less than it gets right): rows go deeper.
+    deeper = ModelDrafter(close_drafter).start(close_drafter, 8, torch.device("cpu")).propose(
+        dataclasses.replace(context, path_scale=2.0), torch.full((8,), cap)).num_drafted
+    assert (deeper >= draft.num_drafted).all() and (deeper > draft.num_drafted).any()
+
+
 # --- exactness ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _PathStop(DraftPolicy):
+    """Chains with a path stop at `floor` (the default sets its own per step, from its costs)."""
+
+    floor: float = 0.0
+
+    def start(self, batch_size, device, **call):
+        schedule = Schedule(self, batch_size, device)
+        schedule.path_stop = (self.floor, 1.0)
+        return schedule
+
 
 POLICIES = {
     "auto": "auto",
     "heuristic_from_1": HeuristicDraftPolicy(max_gamma=5, start_gamma=1, min_confidence=0.0),
+    "fixed_with_path_stop": _PathStop(max_gamma=5, floor=0.05),
     "fixed_with_confidence_stop": DraftPolicy(max_gamma=5, min_confidence=0.13),
     "heuristic_with_confidence_stop": HeuristicDraftPolicy(max_gamma=8, min_confidence=0.13),
 }
@@ -205,6 +240,7 @@ SAMPLING_POLICIES = {
     "auto": "auto",
     "heuristic_from_1": HeuristicDraftPolicy(max_gamma=4, start_gamma=1, min_confidence=0.0),
     "confidence_stop": DraftPolicy(max_gamma=3, min_confidence=CONFIDENCE),
+    "path_stop": _PathStop(max_gamma=3, floor=CONFIDENCE / 2),
 }
 
 
@@ -236,8 +272,10 @@ class _DropDoubtfulSession(ModelDraftSession):
     def propose(self, ctx, num_tokens):
         draft = super().propose(ctx, num_tokens)
         last = (draft.num_drafted - 1).clamp_min(0)[:, None]  # [batch, 1]
-        confidence = draft.probs.gather(2, draft.tokens.clamp_min(0)[:, :, None]).squeeze(2).gather(1, last)
-        doubtful = (confidence.squeeze(1) < ctx.min_confidence) & (draft.num_drafted > 0)  # [batch]
+        confidences = draft.probs.gather(2, draft.tokens.clamp_min(0)[:, :, None]).squeeze(2)  # [batch, width]
+        path = (ctx.path_scale * confidences).clamp(max=1.0).cumprod(dim=1).gather(1, last).squeeze(1)
+        confidence = confidences.gather(1, last).squeeze(1)
+        doubtful = ((confidence < ctx.min_confidence) | (path < ctx.min_path)) & (draft.num_drafted > 0)  # [batch]
         draft.num_drafted = draft.num_drafted - doubtful.long()
         return draft
 
@@ -247,9 +285,10 @@ class _DropDoubtfulDrafter(ModelDrafter):
         return _DropDoubtfulSession(super().start(target, batch_size, device).cached)
 
 
-def test_negative_control_dropping_the_doubtful_token_fails(target, close_drafter, prompt_and_joint):
+@pytest.mark.parametrize("stop", ["confidence_stop", "path_stop"])
+def test_negative_control_dropping_the_doubtful_token_fails(target, close_drafter, prompt_and_joint, stop):
     prompt, joint = prompt_and_joint
-    samples, _ = _sample(target, prompt, _DropDoubtfulDrafter(close_drafter), SAMPLING_POLICIES["confidence_stop"])
+    samples, _ = _sample(target, prompt, _DropDoubtfulDrafter(close_drafter), SAMPLING_POLICIES[stop])
     statistic, threshold = joint_chi_square(samples, joint)
     assert statistic > threshold, (statistic, threshold)
 

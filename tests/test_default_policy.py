@@ -366,6 +366,46 @@ def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
     assert _depth(shallow) <= 2
 
 
+def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
+    """The path stop: a level costs the widest chain's ms over plain's per level; a row drafts on while the drafter's
+    odds that all its drafts so far are accepted, times a next draft's acceptance, buy that level at the planned step's
+    tokens per ms. Cheap levels (width free, drafting 2 % of a step): a low floor, deep runs go on; dear ones (a draft
+    10 % of a step): a high one."""
+    floors = []
+    for costs in (WIDTH_FREE, CPU_LIKE):
+        schedule = _schedule(costs)
+        schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
+        depth = _depth(schedule)
+        shape, widest, alphas = Shape(0, depth, depth), Shape(0, 6, 6), schedule.alphas()
+        tokens = expected_tokens(alphas, schedule.ranks(), shape)[0]
+        level = (costs.estimate(widest) - costs.estimate(None)) / 6
+        floor = level * tokens / costs.estimate(shape) / alphas[0][1]
+        assert depth and schedule.path_stop == pytest.approx((floor, 1.0))  # (no draft scored yet: odds as given)
+        floors.append(schedule.path_stop[0])
+    assert 0.0 < floors[0] < 0.15 < floors[1] < 0.8, floors
+
+
+def test_a_drafters_odds_are_read_at_what_its_drafts_were_worth_in_the_call():
+    """A drafter whose probabilities say less than it gets right (flat distributions, as random weights give) has its
+    odds read higher: at the call's accepted drafts over the sum of the probabilities of the drafts tried (from 4 of
+    each). Once a drafter has scored its drafts, chains are drafted up to max_gamma and its odds decide where each row
+    stops; a drafter that scores nothing (prompt lookup) drafts the chosen length. Both calls here hear the same
+    acceptance: every step's first draft accepted, its second not."""
+    one, runs = torch.ones(1, dtype=torch.bool), {}
+    for scores in (True, False):
+        schedule = _schedule(CPU_LIKE)
+        schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
+        tried = 0.0  # the probabilities of the drafts tried (the first two of each step)
+        for _ in range(20):
+            depth = _depth(schedule)
+            confidence = torch.tensor([[0.2] + [0.3] * (depth - 1)]) if scores else None
+            tried += 0.2 + 0.3 * (depth > 1)
+            schedule.update(one, torch.tensor([depth]), torch.tensor([1]), drafted=True, left=1, confidence=confidence)
+        runs[scores] = (_depth(schedule), schedule.path_stop[1], tried)
+    (depth, scale, tried), (unscored_depth, unscored_scale, _) = runs[True], runs[False]
+    assert depth == 6 and scale == pytest.approx((4 + 20) / (4 + tried), rel=1e-6) and scale > 1.5
+    assert 0 < unscored_depth < 3 and unscored_scale == 1.0
+
 def test_a_call_drafting_short_chains_tries_longer_ones_soon_where_depth_pays():
     """The first draft right every other step, every later one right: depth pays, but the start (0.3) says chains of
     1. The bonus of a depth that sits out grows until it is tried; without it (exploration 0) depth is found later."""

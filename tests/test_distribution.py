@@ -124,7 +124,7 @@ class _Alternating(hf_specdec.DraftPolicy):
                 super().__init__(policy, batch_size, device)
                 self.max_width, self.max_rank, self.max_depth = 4, 2, 2
 
-            def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None):
+            def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None, confidence=None):
                 self.tree = None if self.tree is not None else hf_specdec.TreeDraftPolicy(top_k=2, max_depth=2,
                                                                                           max_nodes=3)
 

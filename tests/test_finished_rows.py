@@ -201,7 +201,7 @@ class ScriptedSchedule(Schedule):
         script = self.policy.script
         return torch.full_like(self.lengths, script[step] if step < len(script) else 0)
 
-    def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None):
+    def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None, confidence=None):
         self.step += 1
         self.lengths = self._at(self.step)
 

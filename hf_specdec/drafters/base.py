@@ -28,7 +28,9 @@ class DraftContext:
     room for `num_tokens` more tokens after `lens`). `process(scores, lengths, rows)` applies
     generate()'s logits processors to raw drafter logits of the selected rows, as plain generate()
     would at those lengths. `min_confidence` is the draft policy's confidence stop: a drafter that
-    scores its proposals stops a row after a token it gave lower probability (others ignore it).
+    scores its proposals stops a row after a token it gave lower probability, and once the product of the row's
+    drafts' probabilities, each times `path_scale` (at most 1), is below `min_path` (the schedule's, per step; others
+    ignore them).
     `target` is the call's target and its cache when a chain is drafted, for a drafter that runs the target's
     own first layers on it (`hf_specdec.cache.SharedPrefix`); others ignore it.
     """
@@ -43,6 +45,8 @@ class DraftContext:
     process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
     min_confidence: float = 0.0
     target: CachedModel | None = None
+    min_path: float = 0.0
+    path_scale: float = 1.0
 
 
 @dataclass
@@ -57,6 +61,7 @@ class Draft:
     tokens: torch.Tensor  # [batch, num_tokens] long
     num_drafted: torch.Tensor  # [batch] long
     probs: torch.Tensor | None = None  # [batch, num_tokens, vocab] float
+    confidence: torch.Tensor | None = None  # [batch, num_tokens] the drafter's probability of each proposal, if scored
 
     def draft_probs(self, vocab_size: int) -> torch.Tensor:
         """[batch, num_tokens, vocab]: `probs`, or one-hot distributions for a deterministic draft."""
@@ -74,9 +79,9 @@ class Draft:
         return Draft(tokens=num_drafted[:, None][:, :0], num_drafted=num_drafted, probs=probs)
 
     def first(self, width: int) -> "Draft":
-        """The draft cut to its first `width` columns (tokens and probs)."""
-        probs = None if self.probs is None else self.probs[:, :width]
-        return Draft(tokens=self.tokens[:, :width], num_drafted=self.num_drafted, probs=probs)
+        """The draft cut to its first `width` columns (tokens, probs and confidence)."""
+        probs, confidence = (None if t is None else t[:, :width] for t in (self.probs, self.confidence))
+        return Draft(tokens=self.tokens[:, :width], num_drafted=self.num_drafted, probs=probs, confidence=confidence)
 
 
 class DraftSession(ABC):

@@ -14,7 +14,8 @@ from hf_specdec.verify import argmax, draw
 
 class ModelDrafter(Drafter):
     """Drafts autoregressively with `model`, one forward per drafted token; with a confidence stop
-    (`ctx.min_confidence`) a row stops after a token the model gave lower probability.
+    (`ctx.min_confidence`, `ctx.min_path`) a row stops after a token the model gave lower probability, or once the
+    product of its drafts' probabilities (scaled: the model's odds that all of them are accepted) fell below `min_path`.
 
     If the model's config carries `hf_specdec_vocab_subset` (a list of token ids, written by
     `hf-specdec distill`), only those rows of its LM head are computed and every other token gets
@@ -62,6 +63,8 @@ class ModelDraftSession(DraftSession):
         tokens = torch.full((batch, int(num_tokens.max())), -1, dtype=torch.long, device=ctx.lens.device)
         probs = []  # sampling: [batch, vocab] per drafted column
         drafting = ctx.active.clone()  # [batch] rows the confidence stop has not stopped
+        path = torch.ones(batch, device=ctx.lens.device)  # [batch] the product of each row's drafts' probabilities
+        stops, confidences = ctx.min_confidence > 0 or ctx.min_path > 0, []
         num_drafted = torch.zeros_like(num_tokens)  # [batch]
         width = 0  # columns drafted so far
         for j in range(tokens.shape[1]):
@@ -72,7 +75,7 @@ class ModelDraftSession(DraftSession):
             at = ctx.lens + j  # [batch] buffer index of draft j + 1
             logits = self._draft_logits(ctx, rows, at)  # [batch, 1, vocab]
             scores = ctx.process(logits[:, 0, : ctx.vocab_size], at, rows)  # [batch, vocab]
-            step_probs = scores.softmax(dim=-1) if ctx.do_sample or ctx.min_confidence > 0 else None
+            step_probs = scores.softmax(dim=-1) if ctx.do_sample or stops else None
             if ctx.do_sample:
                 probs.append(step_probs)
                 token = draw(step_probs, ctx.generator)  # [batch]
@@ -83,13 +86,16 @@ class ModelDraftSession(DraftSession):
             # Later drafts (and the target) read this draft from the shared buffer.
             index = rows.nonzero().squeeze(1)
             ctx.sequences[index, at[index]] = token[index]
-            if ctx.min_confidence > 0:
+            if stops:
                 # The doubtful token itself is still verified: dropping it would make the kept drafts
                 # follow q restricted to confident tokens, not the q that verification divides by.
-                drafting &= step_probs.gather(1, token[:, None]).squeeze(1) >= ctx.min_confidence
+                confidences.append(step_probs.gather(1, token[:, None]).squeeze(1))  # [batch]
+                path = path * (ctx.path_scale * confidences[-1]).clamp(max=1.0)
+                drafting &= (confidences[-1] >= ctx.min_confidence) & (path >= ctx.min_path)
         self.slack = width + 1
         draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
-        return Draft(tokens=tokens[:, :width], num_drafted=num_drafted, probs=draft_probs)
+        confidence = torch.stack(confidences, dim=1) if confidences else None  # [batch, width]
+        return Draft(tokens=tokens[:, :width], num_drafted=num_drafted, probs=draft_probs, confidence=confidence)
 
     def score_prompt(self, ctx: DraftContext, num_positions: int):
         """The model's prefill over every committed token but the last, with logits at the last `num_positions`."""
