@@ -35,6 +35,7 @@ class StepCosts:
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks: tuple = ()  # the last call's (hits, trials) of tree children by rank
+        self.odds = (1.0, 1.0)  # the last call's scored drafts: accepted, and their drafter's probabilities' sum
         self.delivered: dict = {}  # Shape -> (tokens committed, tokens expected) per row, fading; its step count
         if self.pinned:
             if 1 not in verify_ms:
@@ -57,12 +58,13 @@ class StepCosts:
             self._median = {key: ms if sure else min(ms, _curve(trusted, *key) or ms)  # them, never above what the
                             for key, (sure, ms) in self._medians.items()}  # trusted say (replaced whole)
 
-    def remember(self, accepted: tuple | None, ranks: tuple) -> None:
-        """A finished call's (hits, trials) of rank-1 drafts by depth (None: too few drafts to say) and its tree
-        children's fading (hits, trials) by rank: where the setting's next call starts."""
+    def remember(self, accepted: tuple | None, ranks: tuple, odds: tuple = (1.0, 1.0)) -> None:
+        """A finished call's (hits, trials) of rank-1 drafts by depth (None: too few drafts to say), its tree children's
+        fading (hits, trials) by rank and its drafter's odds' calibration: where the setting's next call starts."""
         if not self.pinned:
             with self._lock:  # replaced whole, read without the lock
-                self.accepted, self.ranks = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:], ranks
+                self.accepted = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:]
+                self.ranks, self.odds = ranks, odds
 
     def deliver(self, shape, committed: float, expected: float) -> None:
         """A step of `shape` committed `committed` tokens per row where the policy expected `expected`."""

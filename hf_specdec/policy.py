@@ -255,8 +255,8 @@ class AdaptiveSchedule(Schedule):
         # _left -1: no plan yet; _stale: whether what was heard since the plan asks for a new one (the prefill: plain)
         self.steps, self._tree, self._left, self._depth, self._evidence_at, self._stale = 0, None, -1, 0, 0, False
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
-        # `_planned`: the shape the next step calibrates and the acceptance it was planned on; `_odds`: the call's scored
-        self._planned, self._odds = (None, None), (PRIOR_WEIGHT, PRIOR_WEIGHT)  # drafts accepted, their odds' sum
+        self._planned = (None, None)  # the shape the next step calibrates, and the acceptance it was planned on
+        self._odds = (PRIOR_WEIGHT * costs.odds[0] / costs.odds[1], PRIOR_WEIGHT)  # scored drafts: hits, probabilities' sum
         # A setting's first calls read the prompt, later ones its record; `_read`: (hits, positions) the prompt said.
         self.wants_prior, self._read = not costs.accepted, None
 
@@ -351,8 +351,7 @@ class AdaptiveSchedule(Schedule):
             plain, rows = self.costs.estimate(None), [a for a, row in zip(alphas, self._rows.tolist()) if row]  # rate
             level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
             rate = statistics.harmonic_mean(expected_tokens(rows, self.ranks(), shape)) / self._cost(shape)  # tokens/ms
-            floor = level * rate / statistics.fmean((row * 2)[1] for row in rows)  # (the rows' second drafts')
-            self.path_stop = (max(0.0, floor), self._odds[0] / self._odds[1])
+            self.path_stop = (level * rate / statistics.fmean((row * 2)[1] for row in rows), self._odds[0] / self._odds[1])
 
     tree = property(lambda self: self._plan() or self._tree)
     lengths = property(lambda self: self._plan() or torch.full(self._rows.shape, self._depth, device=self.device))
@@ -381,7 +380,7 @@ class AdaptiveSchedule(Schedule):
         hits, trials = self.all_hits.sum(dim=0).tolist(), self.all_trials.sum(dim=0).tolist()  # [depth] over rows
         # A call that drafted too little to say leaves what its prompt said: the setting's next calls skip reading it.
         depths = tuple(zip(hits, trials)) if trials[0] >= PRIOR_WEIGHT else (self._read,) if self._read else None
-        self.costs.remember(depths, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())))
+        self.costs.remember(depths, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())), self._odds)
 
     def drafting_pays(self, active: torch.Tensor) -> bool:
         return self._best(active.cpu(), optimism=0.0) is not None

@@ -406,6 +406,22 @@ def test_a_drafters_odds_are_read_at_what_its_drafts_were_worth_in_the_call():
     assert depth == 6 and scale == pytest.approx((4 + 20) / (4 + tried), rel=1e-6) and scale > 1.5
     assert 0 < unscored_depth < 3 and unscored_scale == 1.0
 
+
+def test_a_settings_next_call_starts_from_the_last_calls_calibration():
+    costs, one = _measured(), torch.ones(1, dtype=torch.bool)
+    first = _schedule(costs)
+    first.set_prior(torch.tensor([0.8]), torch.tensor([100]))
+    for _ in range(20):  # each step's first draft accepted at a probability of 0.25
+        depth = _depth(first)
+        confidence = torch.tensor([[0.25] * depth])
+        first.update(one, torch.tensor([depth]), torch.tensor([1]), drafted=True, left=1, confidence=confidence)
+    first.done()
+    hits, probabilities = costs.odds
+    assert hits / probabilities > 1.5  # a drafter right more often than its probabilities say
+    again = _schedule(costs)
+    _step(again, 0, 0)
+    assert _depth(again) and again.path_stop[1] == pytest.approx(hits / probabilities)  # its odds, before any draft
+
 def test_a_call_drafting_short_chains_tries_longer_ones_soon_where_depth_pays():
     """The first draft right every other step, every later one right: depth pays, but the start (0.3) says chains of
     1. The bonus of a depth that sits out grows until it is tried; without it (exploration 0) depth is found later."""
