@@ -345,12 +345,12 @@ class AdaptiveSchedule(Schedule):
         self._tree = TreeDraftPolicy(top_k=shape.top_k, max_depth=shape.depth, max_nodes=shape.nodes) if tree else None
         alphas = self.alphas() if shape is not None else None  # the acceptance the step is planned on
         self._planned = (shape, alphas) if shape and (shape.top_k or not self.wants_prior) else (None, None)  # calibrates
-        scored = self._odds[1] > PRIOR_WEIGHT  # (a drafter that scores its drafts: up to max_gamma, its odds decide)
+        scored = self._odds[1] > PRIOR_WEIGHT and int(self._rows.sum()) == 1  # (one row, scored drafts: its odds decide)
         self._depth = 0 if shape is None or shape.top_k else self.policy.max_gamma if scored else shape.depth
         if self._depth:  # a row drafts on while its odds, times a next draft's acceptance, buy a level's ms at the
-            plain, rows = self.costs.estimate(None), [a for a, row in zip(alphas, self._rows.tolist()) if row]  # rate
+            plain, rows = self.costs.estimate(None), [a for a, row in zip(alphas, self._rows.tolist()) if row]  # batch's
             level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
-            rate = statistics.harmonic_mean(expected_tokens(rows, self.ranks(), shape)) / self._cost(shape)  # tokens/ms
+            rate = len(rows) * statistics.harmonic_mean(expected_tokens(rows, self.ranks(), shape)) / self._cost(shape)
             self.path_stop = (level * rate / statistics.fmean((row * 2)[1] for row in rows), self._odds[0] / self._odds[1])
 
     tree = property(lambda self: self._plan() or self._tree)
