@@ -345,12 +345,13 @@ class AdaptiveSchedule(Schedule):
         self._tree = TreeDraftPolicy(top_k=shape.top_k, max_depth=shape.depth, max_nodes=shape.nodes) if tree else None
         alphas = self.alphas() if shape is not None else None  # the acceptance the step is planned on
         self._planned = (shape, alphas) if shape and (shape.top_k or not self.wants_prior) else (None, None)  # calibrates
-        scored = self._odds[1] > PRIOR_WEIGHT and int(self._rows.sum()) == 1  # (one row, scored drafts: its odds decide)
+        single = int(self._rows.sum()) == 1  # (a batch drafts as long as its longest row: a row's stop saves no level)
+        scored = single and self._odds[1] > PRIOR_WEIGHT  # (one row whose drafts are scored: its odds decide the depth)
         self._depth = 0 if shape is None or shape.top_k else self.policy.max_gamma if scored else shape.depth
-        if self._depth:  # a row drafts on while its odds, times a next draft's acceptance, buy a level's ms at the
-            plain, rows = self.costs.estimate(None), [a for a, row in zip(alphas, self._rows.tolist()) if row]  # batch's
+        if self._depth and single:  # the row drafts on while its odds, times a next draft's acceptance, buy a level's
+            plain, rows = self.costs.estimate(None), [a for a, row in zip(alphas, self._rows.tolist()) if row]  # ms at
             level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
-            rate = len(rows) * statistics.harmonic_mean(expected_tokens(rows, self.ranks(), shape)) / self._cost(shape)
+            rate = statistics.harmonic_mean(expected_tokens(rows, self.ranks(), shape)) / self._cost(shape)  # its rate
             self.path_stop = (level * rate / statistics.fmean((row * 2)[1] for row in rows), self._odds[0] / self._odds[1])
 
     tree = property(lambda self: self._plan() or self._tree)
@@ -370,8 +371,7 @@ class AdaptiveSchedule(Schedule):
         return shape and optimism and best_shape(self.alphas(optimism, rows), ranks, bold, self.menu, gain) or shape
 
     def _cost(self, shape: Shape | None, optimism: float = 0.0, steps: int = 0) -> float | None:
-        """A step's ms over what the shape's steps committed of the tokens its estimates promised, less `optimism` times
-        a bonus for a shape run few of the setting's `steps` (UCB's): a few slow or unlucky steps do not price it out."""
+        """A step's ms over the share of its promised tokens the shape delivered, less `optimism` times a UCB bonus."""
         ms, (got, want, runs) = self.costs.estimate(shape), self.costs.delivered.get(shape, (0.0, 0.0, 0))
         bonus = optimism * math.sqrt(math.log1p(steps) / (1 + runs)) if runs else 0.0
         return ms if ms is None else ms * (want + DELIVERY_PRIOR) / (got + DELIVERY_PRIOR) / (1 + bonus)
