@@ -61,3 +61,34 @@ def test_the_table_by_prompt_takes_each_batch_over_the_runs(tmp_path):
     assert rows[0][1] == "2.000" and rows[1][1] == "1.000"  # the default's: sqrt(1 x 4), sqrt(2 x 0.5)
     assert rows[0][1 + names.index("tree 4/3/8") - 1] == "4.000"
     assert rows[0][-2] == "0.500" and rows[1][-2] == "1.000"  # default / tree 4/3/8
+
+
+def _replay_data(right: bool, tokens: int = 40) -> dict:
+    """A hand-made record: a drafter right at every depth (or never), chains of 6 and the trees of the menu."""
+    costs = [["draft", "chain", depth, 2.0 * depth] for depth in range(1, 7)]
+    costs += [["verify", "chain", width, 20.0 + width] for width in range(1, 8)]
+    costs += [["draft", "tree", depth, 3.0 * depth] for depth in (3, 4, 6)]
+    costs += [["verify", "tree", width, 20.0 + width] for width in (9, 17, 33)]
+    shapes = {"chain": [[6 if right else 0, [0.9 if right else 0.05] * 6]] * (tokens - 1)}
+    for depth, nodes in ((3, 8), (4, 16), (6, 32)):
+        outcome = [[[1.0, 1.0, 1.0, 1.0]] * depth, [[1.0 if right else 0.0, 0.0, 0.0, 0.0]] * depth]
+        shapes[f"tree 4/{depth}/{nodes}"] = [[depth if right else 0, outcome]] * (tokens - 1)
+    prompt = {"tokens": tokens, "prefill_ms": 50.0, "prior": [0.9 if right else 0.0, 16.0], "shapes": shapes}
+    return {"costs": costs, "prompts": [prompt, prompt]}
+
+
+def test_the_replay_drives_the_default_through_recorded_outcomes():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import replay_default as replay
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    prompt = _replay_data(True)["prompts"][0]
+    assert replay._step(prompt, 1, replay.Shape(0, 2, 2)) == (2, 2, [0.9, 0.9])  # a chain of 2 accepts 2 of the 6
+    assert replay._step(prompt, 37, replay.Shape(0, 4, 4))[:2] == (2, 2)  # no room past the last token
+    assert replay._step(prompt, 1, replay.Shape(0, 6, 6), path_stop=(0.75, 1.0))[:2] == (3, 3)  # 0.9^3 < 0.75: stops
+    assert replay._step(prompt, 1, replay.Shape(0, 6, 6), path_stop=(0.75, 1.1))[:2] == (6, 6)  # 0.99^6 > 0.75
+    right, wrong = replay.replay(_replay_data(True)), replay.replay(_replay_data(False))
+    assert right["default"] > right["medians"]["chain 4"] > right["medians"]["chain 1"] > 1.0  # chains of 6
+    assert right["shapes"].get("plain", 0) < 10  # drafts from its first priced steps on
+    assert wrong["medians"]["chain 1"] < 0.9 < 0.95 < wrong["default"]  # lets the drafter go

@@ -1,0 +1,290 @@
+"""The default's decisions judged without timing noise: greedy outcomes replayed through its schedule at fixed costs.
+
+Greedy acceptance is a function of where a step starts: at each position of plain generate()'s output a chain of 6
+accepts some number of drafts (a chain of d: at most d of them) and each tree of the default's menu accepts its own.
+`--record` measures that once per prompt and position (one step of each shape from that prefix), with the step costs
+of each shape on this machine (the loop's own timing of whole calls of each shape) and each prompt's prefill. Replaying
+then drives `CostAwareDraftPolicy`'s schedule as the loop does (prefill plain, the prompt's agreement, every step's
+outcome and cost), as the bench's process does (a warm-up call, then each prompt once), and prices every fixed shape on
+the same outcomes: default / best fixed shape per prompt, with nothing left to chance but what `--noise` adds to the
+costs the schedule hears. A change to the schedule replays in seconds; the bench (`default_vs_best.py`) confirms.
+
+    python benchmarks/replay_default.py --record benchmarks/data/replay_head_bf16.json
+    python benchmarks/replay_default.py --replay benchmarks/data/replay_head_bf16.json
+    python benchmarks/replay_default.py --replay benchmarks/data/replay_head_bf16.json --noise 0.05 0.03 1.4 --processes 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import default_vs_best as bench  # noqa: E402
+
+from hf_specdec import CostAwareDraftPolicy, DraftPolicy, TreeDraftPolicy  # noqa: E402
+from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode  # noqa: E402
+from hf_specdec.costs import StepCosts, _curve, costs_for  # noqa: E402
+from hf_specdec.policy import TREE_MENU, Schedule, Shape  # noqa: E402
+
+CHAIN = 6  # the longest chain recorded; a chain of d accepts min(its accepted, d)
+_log: list = []  # what the recording schedules heard (one call at a time)
+_confidence: list = []  # the drafter's probability of each token it drafted (greedy: its top one), in order
+
+
+class _Heard(Schedule):
+    """A fixed shape's schedule that also writes down what the loop tells it; `plain`: it never drafts."""
+
+    timed, wants_prior = True, True
+
+    def __init__(self, policy, batch_size, device, plain=False):
+        super().__init__(policy, batch_size, device)
+        self.plain = plain
+
+    def drafts(self):
+        return not self.plain and super().drafts()
+
+    def update(self, active, num_drafted, num_accepted, outcomes=None, drafted=True, left=None, confidence=None):
+        _log.append((int(num_drafted[0]), int(num_accepted[0]),
+                     None if outcomes is None else [o[0].tolist() for o in outcomes], drafted))
+        super().update(active, num_drafted, num_accepted, outcomes, drafted, left, confidence)
+
+    def set_prior(self, agreement, positions):
+        _log.append(("prior", float(agreement[0]), float(positions[0])))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Chain(DraftPolicy):
+    plain: bool = False
+
+    def start(self, batch_size, device, **call):
+        return _Heard(self, batch_size, device, self.plain)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Tree(TreeDraftPolicy):
+    def start(self, batch_size, device, **call):
+        return _Heard(self, batch_size, device)
+
+
+def _heard_confidence(draft_logits):
+    def wrapped(self, ctx, rows, at):
+        logits = draft_logits(self, ctx, rows, at)  # [batch, 1, vocab]
+        _confidence.append(float(logits[0, 0, : ctx.vocab_size].float().softmax(dim=-1).max()))
+        return logits
+    return wrapped
+
+
+def measure_costs(target, drafter, groups, policies, new_tokens: int, rounds: int) -> dict:
+    """{(part, kind, size): ms}: the median of every step the loop timed (a size's first step in a call's setting
+    excluded, as StepCosts does) over whole calls of each shape, `rounds` times over `groups`, shapes shuffled."""
+    samples = {}
+    setting = costs_for(target, drafter, torch.device("cpu"), 1, False)
+    warm = setting.record
+
+    def heard(kind, depth, width, draft_ms, verify_ms):
+        warm(kind, depth, width, draft_ms, verify_ms)
+        for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
+            if key[2]:
+                samples.setdefault(key, []).append(ms)
+
+    setting.record, order = heard, random.Random(0)
+    for _ in range(rounds):
+        for inputs in groups:
+            for policy in order.sample(policies, len(policies)):
+                target.generate(**inputs, drafter=drafter, gamma=policy, max_new_tokens=new_tokens, do_sample=False)
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def record(args) -> dict:
+    from hf_specdec.drafters.feature import FeatureDraftSession
+    from hf_specdec.drafters.model import ModelDraftSession
+
+    for session in (FeatureDraftSession, ModelDraftSession):  # the drafter's confidence in each draft (this process)
+        session._draft_logits = _heard_confidence(session.__dict__["_draft_logits"])
+    target, tokenizer, drafter = bench.load(args.dtype, args.drafter)
+    torch.set_num_threads(1)
+    groups = batches(encode(tokenizer, CHAT_PROMPTS[: args.num_prompts]), 1, tokenizer.pad_token_id)
+    greedy = dict(do_sample=False)
+    policies = [_Chain(max_gamma=1, plain=True), *(_Chain(max_gamma=d) for d in range(1, CHAIN + 1)),
+                *(_Tree(top_k=k, max_depth=d, max_nodes=n) for k, d, n in TREE_MENU)]
+    costs = measure_costs(target, drafter, groups[:3], policies, args.new_tokens, args.cost_rounds)
+    if args.costs_only:
+        return {**json.loads(args.record.read_text()), "costs": [[*key, ms] for key, ms in costs.items()]}
+    prompts = []
+    for number, inputs in enumerate(groups):
+        length = inputs["input_ids"].shape[1]
+        plain = target.generate(**inputs, max_new_tokens=args.new_tokens, **greedy)[0, length:].tolist()
+        prefill = statistics.median(bench.timed(lambda: target.generate(**inputs, max_new_tokens=1, **greedy))[0]
+                                    for _ in range(3)) * 1e3
+        shapes = {}
+        for policy in policies[CHAIN:]:
+            heard = []
+            for state in range(1, len(plain)):  # a step that starts with `state` tokens of plain's output committed
+                ids = torch.tensor([inputs["input_ids"][0].tolist() + plain[: state - 1]])
+                _log.clear(), _confidence.clear()
+                target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), drafter=drafter, gamma=policy,
+                                max_new_tokens=policy.max_gamma + 2, **greedy)
+                if state == 1 and isinstance(policy, _Chain):  # (a tree's prefill reads no agreement)
+                    prior = next(entry[1:] for entry in _log if entry[0] == "prior")
+                drafted, accepted, outcomes, _ = next(entry for entry in _log if entry[0] != "prior" and entry[3])
+                if outcomes:  # a tree's (trials, hits) by depth and rank
+                    heard.append((accepted, [[list(map(int, row)) for row in o[: policy.max_gamma]] for o in outcomes]))
+                else:  # a chain's confidence in each draft
+                    heard.append((accepted, [round(c, 4) for c in _confidence[:drafted]]))
+            shapes["chain" if isinstance(policy, _Chain) else "tree {}/{}/{}".format(
+                policy.top_k, policy.max_depth, policy.max_nodes)] = heard
+        prompts.append({"tokens": len(plain), "prefill_ms": prefill, "prior": prior, "shapes": shapes})
+        print(f"prompt {number}: {len(plain)} tokens, chain of {CHAIN} accepts "
+              f"{statistics.fmean(a for a, _ in shapes['chain']):.2f} a step", flush=True)
+    return {"date": time.strftime("%Y-%m-%d"), "commit": bench.commit(), "machine": bench.machine(),
+            "command": " ".join(sys.argv), "drafter": args.drafter, "dtype": args.dtype,
+            "costs": [[*key, ms] for key, ms in costs.items()], "prompts": prompts}
+
+
+def _step(prompt: dict, state: int, shape: Shape | None, min_confidence: float = 0.0,
+          path_stop: tuple[float, float] = (0.0, 1.0)) -> tuple[int, int, object]:
+    """(drafts, accepted, a tree's outcomes or a chain's confidences) of a step of `shape` that starts with `state`
+    tokens committed; a chain drafts up to the first draft its drafter gave less than `min_confidence`, or where the
+    product of its drafts' probabilities, each times path_stop[1] (at most 1), fell below path_stop[0], that one
+    included (`hf_specdec.drafters.model.ModelDraftSession.propose`)."""
+    room = prompt["tokens"] - state - 1
+    if shape is None or room <= 0:
+        return 0, 0, None
+    if not shape.top_k:
+        accepted, confidence = prompt["shapes"]["chain"][state - 1]
+        floor, scale = path_stop
+        paths = [math.prod(min(1.0, scale * c) for c in confidence[: k + 1]) for k in range(len(confidence))]
+        depth = min([shape.depth, room] + [k + 1 for k, (c, p) in enumerate(zip(confidence, paths))
+                                           if c < min_confidence or p < floor])
+        return depth, min(accepted, depth), confidence[:depth]
+    accepted, outcomes = prompt["shapes"][f"tree {shape.top_k}/{shape.depth}/{shape.nodes}"][state - 1]
+    return shape.depth, min(accepted, room), outcomes
+
+
+def _fixed_ms(prompt: dict, shape: Shape | None, table: StepCosts) -> float:
+    state, ms = 1, prompt["prefill_ms"]
+    while state < prompt["tokens"]:
+        drafts, accepted, _ = _step(prompt, state, shape)
+        ms += table.estimate(None if not drafts else shape if shape.top_k else Shape(0, drafts, drafts))
+        state += accepted + 1
+    return ms
+
+
+class Noise:
+    """What a busy machine does to the step times the default hears: each step a log-normal factor (`sigma`), and
+    slow stretches: with probability `switch` a step enters or leaves one, in which every step takes `slow` times as
+    long (seen on a shared Zen 5: a cached forward's time moved by half for seconds at a time)."""
+
+    def __init__(self, seed: int, sigma: float = 0.0, switch: float = 0.0, slow: float = 1.0):
+        self.random, self.sigma, self.switch, self.slow, self.slowed = random.Random(seed), sigma, switch, slow, False
+
+    def factor(self) -> float:
+        self.slowed ^= self.random.random() < self.switch
+        return (self.slow if self.slowed else 1.0) * self.random.lognormvariate(0.0, self.sigma)
+
+
+def _default_ms(prompt: dict, policy, costs: StepCosts, table: StepCosts, noise: Noise | None, shapes: dict,
+                path_stop: bool = True) -> float:
+    """One call of the default on `prompt`: the loop's conversation with its schedule, each step priced by `table`;
+    `costs` (the setting's, across calls) hears each step's cost, times `noise`'s factor (`path_stop` False: as for a
+    drafter that scores nothing, chains of the chosen length)."""
+    schedule = policy.start(1, torch.device("cpu"), costs=costs, trees=True, prior=None)
+    one, zero = torch.ones(1, dtype=torch.bool), torch.zeros(1, dtype=torch.long)
+    schedule.update(one, zero, zero, None, False, 1)  # the prefill: plain
+    if schedule.wants_prior:
+        schedule.set_prior(torch.tensor([prompt["prior"][0]]), torch.tensor([prompt["prior"][1]]))
+    state, ms, drafted = 1, prompt["prefill_ms"], False
+    while state < prompt["tokens"]:
+        tree = schedule.tree
+        shape = Shape(tree.top_k, tree.max_depth, tree.max_nodes) if tree is not None else (
+            Shape(0, int(schedule.lengths[0]), int(schedule.lengths[0])) if schedule.drafts() else None)
+        drafts, accepted, outcomes = _step(prompt, state, shape, policy.min_confidence,
+                                           schedule.path_stop if path_stop else (0.0, 1.0))
+        shape = None if not drafts else shape if shape.top_k else Shape(0, drafts, drafts)
+        step_ms = table.estimate(shape)
+        ms += step_ms
+        if shape is None or drafted:  # (a call's first draft prices no shape)
+            kind, depth = ("tree", shape.depth) if shape and shape.top_k else ("chain", shape.depth if shape else 0)
+            width = 1 if shape is None else shape.width
+            draft = _curve(table.measured(), "draft", kind, depth) if depth else 0.0
+            factor = noise.factor() if noise else 1.0
+            costs.record(kind, depth, width, draft * factor, (step_ms - draft) * factor)
+        drafted = drafted or shape is not None
+        key = "plain" if shape is None else f"tree {shape.top_k}/{shape.depth}/{shape.nodes}" if shape.top_k \
+            else f"chain {shape.depth}"
+        shapes[key] = shapes.get(key, 0) + 1
+        tree = shape is not None and shape.top_k
+        trials = tuple(torch.tensor([o]) for o in outcomes) if tree else None
+        confidence = torch.tensor([outcomes]) if path_stop and shape is not None and not tree else None
+        schedule.update(one, torch.tensor([drafts]), torch.tensor([accepted]), trials, drafts > 0, 1, confidence)
+        state += accepted + 1
+    schedule.done()
+    return ms
+
+
+def replay(data: dict, policy=None, processes: int = 1, noise: tuple[float, float, float] = (0.0, 0.0, 1.0),
+           path_stop: bool = True) -> dict:
+    """Each process: fresh costs, a warm-up call on prompt 0, then every prompt once: per prompt the default's and each
+    fixed shape's ms; the ratios over processes as the bench pools them (median over prompt calls)."""
+    policy = policy or CostAwareDraftPolicy()
+    table = StepCosts()
+    table._median = {tuple(entry[:3]): entry[3] for entry in data["costs"]}  # the measured medians, as the loop's
+    fixed = {"plain": None, **{f"chain {d}": Shape(0, d, d) for d in range(1, 5)},
+             "tree 4/3/8": Shape(4, 3, 8), "tree 4/4/16": Shape(4, 4, 16)}
+    fixed_ms = [{name: _fixed_ms(prompt, shape, table) for name, shape in fixed.items()} for prompt in data["prompts"]]
+    ratios, shapes = {"default": [], **{name: [] for name in fixed if name != "plain"}}, {}
+    for process in range(processes):
+        costs, heard = StepCosts(), Noise(process, *noise) if any(noise[:2]) else None
+        _default_ms(data["prompts"][0], policy, costs, table, heard, {}, path_stop)  # the warm-up call
+        for prompt, ms in zip(data["prompts"], fixed_ms):
+            ratios["default"].append(ms["plain"] / _default_ms(prompt, policy, costs, table, heard, shapes, path_stop))
+            for name in fixed:
+                if name != "plain":
+                    ratios[name].append(ms["plain"] / ms[name])
+    medians = {name: statistics.median(values) for name, values in ratios.items()}
+    best = max((name for name in medians if name != "default"), key=medians.get)
+    per_prompt = [statistics.median(ratios["default"][k::len(data["prompts"])]) /
+                  max(ratios[name][k] for name in ratios if name != "default") for k in range(len(data["prompts"]))]
+    paired = statistics.geometric_mean(d / f for d, f in zip(ratios["default"], ratios[best]))
+    return {"default": medians["default"], "best": best, "best_ratio": medians[best],
+            "default_vs_best": medians["default"] / medians[best], "paired_geomean": paired, "medians": medians,
+            "per_prompt_vs_best": per_prompt, "shapes": shapes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--record", type=Path, help="measure outcomes and costs into this file")
+    parser.add_argument("--replay", type=Path, help="replay the default over a recorded file")
+    parser.add_argument("--drafter", default="head")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--num-prompts", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--cost-rounds", type=int, default=3)
+    parser.add_argument("--costs-only", action="store_true", help="--record: measure the costs again, keep outcomes")
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--no-path-stop", action="store_true", help="the default as for a drafter that scores nothing")
+    parser.add_argument("--noise", type=float, nargs=3, default=(0.0, 0.0, 1.0), metavar=("SIGMA", "SWITCH", "SLOW"),
+                        help="what the default hears of step costs: `Noise`'s log-normal sigma, stretch switch, factor")
+    args = parser.parse_args()
+    if args.record:
+        args.record.parent.mkdir(parents=True, exist_ok=True)
+        args.record.write_text(json.dumps(record(args), separators=(",", ":")))
+    if args.replay:
+        result = replay(json.loads(args.replay.read_text()), processes=args.processes, noise=tuple(args.noise),
+                        path_stop=not args.no_path_stop)
+        print(json.dumps({key: value if not isinstance(value, float) else round(value, 4)
+                          for key, value in result.items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
