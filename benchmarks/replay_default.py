@@ -223,9 +223,9 @@ def _default_ms(prompt: dict, policy, costs: StepCosts, table: StepCosts, noise:
         key = "plain" if shape is None else f"tree {shape.top_k}/{shape.depth}/{shape.nodes}" if shape.top_k \
             else f"chain {shape.depth}"
         shapes[key] = shapes.get(key, 0) + 1
-        tree = shape is not None and shape.top_k
-        trials = tuple(torch.tensor([o]) for o in outcomes) if tree else None
-        confidence = torch.tensor([outcomes]) if path_stop and shape is not None and not tree else None
+        is_tree = shape is not None and shape.top_k
+        trials = tuple(torch.tensor([o]) for o in outcomes) if is_tree else None
+        confidence = torch.tensor([outcomes]) if path_stop and shape is not None and not is_tree else None
         schedule.update(one, torch.tensor([drafts]), torch.tensor([accepted]), trials, drafts > 0, 1, confidence)
         state += accepted + 1
     schedule.done()
@@ -239,8 +239,8 @@ def replay(data: dict, policy=None, processes: int = 1, noise: tuple[float, floa
     policy = policy or CostAwareDraftPolicy()
     table = StepCosts()
     table._median = {tuple(entry[:3]): entry[3] for entry in data["costs"]}  # the measured medians, as the loop's
-    fixed = {"plain": None, **{f"chain {d}": Shape(0, d, d) for d in range(1, 5)},
-             "tree 4/3/8": Shape(4, 3, 8), "tree 4/4/16": Shape(4, 4, 16)}
+    fixed = {"plain": None, **{name: Shape(0, g, g) if isinstance(g, int) else Shape(g.top_k, g.max_depth, g.max_nodes)
+                               for name, g in bench.FIXED.items()}}  # the bench's fixed shapes
     fixed_ms = [{name: _fixed_ms(prompt, shape, table) for name, shape in fixed.items()} for prompt in data["prompts"]]
     ratios, shapes = {"default": [], **{name: [] for name in fixed if name != "plain"}}, {}
     for process in range(processes):

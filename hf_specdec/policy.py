@@ -119,7 +119,7 @@ class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
     trees of `TREE_MENU` with the most expected committed tokens per ms, from acceptance per row and depth (and tree
     rank: the call's own, the setting's recent calls', the prompt's) and step costs measured as calls run
-    (`hf_specdec.costs`); a chain's row stops once its drafts' odds no longer pay for a level (`min_path`); optimism
+    (`hf_specdec.costs`); a lone row stops once its drafts' odds no longer pay for a level (`path_stop`); optimism
     bonuses bound how long a drafter, or a shape it ran, that could pay stays untried. docs/policies.md.
 
     Args:
@@ -349,10 +349,10 @@ class AdaptiveSchedule(Schedule):
         scored = single and self._odds[1] > PRIOR_WEIGHT  # (one row whose drafts are scored: its odds decide the depth)
         self._depth = 0 if shape is None or shape.top_k else self.policy.max_gamma if scored else shape.depth
         if self._depth and single:  # the row drafts on while its odds, times a next draft's acceptance, buy a level's
-            plain, rows = self.costs.estimate(None), [a for a, row in zip(alphas, self._rows.tolist()) if row]  # ms at
+            plain, row = self.costs.estimate(None), alphas[int(self._rows.nonzero())]  # ms at the step's tokens per ms
             level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
-            rate = statistics.harmonic_mean(expected_tokens(rows, self.ranks(), shape)) / self._cost(shape)  # its rate
-            self.path_stop = (level * rate / statistics.fmean((row * 2)[1] for row in rows), self._odds[0] / self._odds[1])
+            rate = expected_tokens([row], self.ranks(), shape)[0] / self._cost(shape) / row[min(1, len(row) - 1)]
+            self.path_stop = (level * rate, self._odds[0] / self._odds[1])
 
     tree = property(lambda self: self._plan() or self._tree)
     lengths = property(lambda self: self._plan() or torch.full(self._rows.shape, self._depth, device=self.device))

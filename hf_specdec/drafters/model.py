@@ -63,7 +63,7 @@ class ModelDraftSession(DraftSession):
         tokens = torch.full((batch, int(num_tokens.max())), -1, dtype=torch.long, device=ctx.lens.device)
         probs = []  # sampling: [batch, vocab] per drafted column
         drafting = ctx.active.clone()  # [batch] rows the confidence stop has not stopped
-        path = torch.ones(batch, device=ctx.lens.device)  # [batch] the product of each row's drafts' probabilities
+        path = 1.0  # then [batch]: the product of each row's (scaled) drafts' probabilities
         stops, confidences = ctx.min_confidence > 0 or ctx.min_path > 0, []
         num_drafted = torch.zeros_like(num_tokens)  # [batch]
         width = 0  # columns drafted so far
