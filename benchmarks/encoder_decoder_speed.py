@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -31,6 +33,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import hf_specdec  # noqa: E402
+from hf_specdec.bench.measure import call_orders, median_interval  # noqa: E402
 
 DRAFT_LAYERS = 2
 
@@ -105,19 +108,35 @@ def _no_eos(model) -> None:
     model.generation_config.begin_suppress_tokens = model.generation_config.suppress_tokens = None
 
 
-#: Each timed call's CPU time over its wall time (1 thread: ~1.0 alone on its core, ~0.5 sharing it), per label.
-CPU_SHARES: dict[str, list[float]] = {}
+def _assisted(target, drafter, config, common: dict, **extra):
+    """transformers' assisted generation with `config`'s schedule (the drafter reads its own copy of it)."""
+    drafter.generation_config = copy.deepcopy(config)
+    return GenerationMixin.generate(target, **common, generation_config=config, assistant_model=drafter, **extra)
 
 
-def _timed(run, repeats: int, label: str = ""):
-    out = run()  # warm-up (and the default's one-off measurements)
-    times = []
-    for _ in range(repeats):
-        start, cpu = time.perf_counter(), time.process_time()
-        out = run()
-        times.append(time.perf_counter() - start)
-        CPU_SHARES.setdefault(label, []).append(round((time.process_time() - cpu) / times[-1], 2))
-    return out, min(times)
+def side_by_side(methods: dict, rounds: int, seed: int = 0) -> tuple[dict, dict, dict]:
+    """Times every method of `methods` ({name: zero-argument call}) after one warm-up call each (kernels, and the
+    default's first call of a setting, which measures its step costs), then `rounds` rounds in which each runs once, in a
+    fresh seeded order: a machine whose speed drifts slows every method of a round alike. Returns {name: [seconds per
+    round]}, {name: the warm-up's output}, {name: [CPU time over wall time per round]} (1 thread: ~1.0 alone on its
+    core, ~0.5 sharing it)."""
+    outputs = {name: run() for name, run in methods.items()}
+    times, shares, names = {name: [] for name in methods}, {name: [] for name in methods}, list(methods)
+    for order in call_orders(len(names), rounds, seed):
+        for index in order:
+            start, cpu = time.perf_counter(), time.process_time()
+            methods[names[index]]()
+            times[names[index]].append(time.perf_counter() - start)
+            shares[names[index]].append(round((time.process_time() - cpu) / times[names[index]][-1], 2))
+    return times, outputs, shares
+
+
+def paired(times: dict, name: str) -> dict:
+    """`name`'s speed over plain generate()'s, round by round: the median and its 90 % interval (None: too few)."""
+    ratios = [plain / seconds for plain, seconds in zip(times["plain"], times[name])]
+    bracket = median_interval(ratios)
+    return dict(x_plain=round(statistics.median(ratios), 3),
+                x_plain_interval=None if bracket is None else [round(value, 3) for value in bracket[:2]])
 
 
 def save(path: str, key: str, result: dict) -> None:
@@ -136,7 +155,9 @@ def main(argv=None) -> int:
     parser.add_argument("--share", type=float, default=None,
                         help="output share of the target's decoder layers after the drafter's (default: 0.025 at the "
                              "Whisper shape (pre-norm), 0.1 at the BART shape (post-norm): ~60%% agreement each)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed runs per method after a warm-up; the fastest counts")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="timed rounds after a warm-up call of each method; each round runs every method once, in "
+                             "a fresh order; a method's time is its median, its speed the median of its paired ratios")
     parser.add_argument("--gammas", type=int, nargs="*", default=[4], help="fixed draft lengths, besides the default")
     parser.add_argument("--hf-settings", nargs="*", default=["heuristic", "3", "5"],
                         help="transformers' assisted generation: num_assistant_tokens_schedule 'heuristic', or a "
@@ -171,46 +192,47 @@ def main(argv=None) -> int:
         else:
             inputs = dict(input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
         common = dict(do_sample=False, max_new_tokens=args.tokens, **inputs)
-        CPU_SHARES.clear()
-        plain, plain_s = _timed(lambda: GenerationMixin.generate(target, **common), args.repeats, "plain")
-        # The first token: the decoder's prompt and, at the Whisper shape, every layer's cross-attention keys and
-        # values over 1500 frames (a large share of a short call); every method pays it alike.
-        _, first_s = _timed(lambda: GenerationMixin.generate(target, **{**common, "max_new_tokens": 1}), args.repeats, "first token")
-        row = dict(batch=batch, plain_s=round(plain_s, 3), plain_first_token_s=round(first_s, 3))
+        methods = {"plain": lambda: GenerationMixin.generate(target, **common),
+                   # The first token: the decoder's prompt and, at the Whisper shape, every layer's cross-attention keys
+                   # and values over 1500 frames (a large share of a short call); every method pays it alike.
+                   "plain_first_token": lambda: GenerationMixin.generate(target, **{**common, "max_new_tokens": 1})}
         for gamma in [None, *args.gammas]:  # None: hf_specdec's default
-            name = "ours" if gamma is None else f"ours_gamma{gamma}"
-            stats = hf_specdec.SpeculativeStats()
-            ours, ours_s = _timed(lambda: GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma),
-                                  args.repeats, name)
-            GenerationMixin.generate(target, **common, drafter=drafter, gamma=gamma, stats=stats)
-            row.update({f"{name}_s": round(ours_s, 3), f"{name}_exact": torch.equal(ours, plain),
-                        f"{name}_acceptance": round(stats.acceptance_rate, 3) if stats.drafted.sum() else None,
-                        f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2),
-                        f"{name}_drafted_per_row": stats.drafted.tolist()})
-            if gamma is None:  # what the default decided from: the step costs the loop measured at this setting
-                costs = hf_specdec.costs.costs_for(target, hf_specdec.drafters.ModelDrafter(drafter),
-                                                   torch.device("cpu"), batch, False)
-                row["ours_costs_ms"] = {" ".join(map(str, key)): round(ms, 1) for key, ms in costs.measured().items()}
-        if batch == 1:  # transformers' assisted generation runs batch 1 only
-            best = None
-            for setting in args.hf_settings:
-                config = copy.deepcopy(target.generation_config)
-                if setting == "heuristic":
-                    config.num_assistant_tokens_schedule = "heuristic"
-                else:
-                    config.num_assistant_tokens_schedule, config.num_assistant_tokens = "constant", int(setting)
-                drafter.generation_config = copy.deepcopy(config)
-                try:
-                    hf, hf_s = _timed(lambda: GenerationMixin.generate(
-                        target, **common, generation_config=config, assistant_model=drafter), args.repeats, "hf")
-                except Exception as error:  # noqa: BLE001  (recorded: transformers may not run this pair)
-                    row.setdefault("hf_errors", {})[setting] = f"{type(error).__name__}: {str(error)[:200]}"
-                    continue
-                if best is None or hf_s < best[1]:
-                    best = (setting, hf_s, torch.equal(hf, plain))
-            if best is not None:
-                row.update(hf_best_setting=best[0], hf_s=round(best[1], 3), hf_exact=best[2])
-        row["cpu_share"] = CPU_SHARES.copy()  # below ~0.9: the core was shared during that call
+            methods["ours" if gamma is None else f"ours_gamma{gamma}"] = functools.partial(
+                GenerationMixin.generate, target, **common, drafter=drafter, gamma=gamma)
+        configs = {}
+        for setting in args.hf_settings if batch == 1 else ():  # transformers' assisted generation runs batch 1 only
+            config = configs[f"hf_{setting}"] = copy.deepcopy(target.generation_config)
+            if setting == "heuristic":
+                config.num_assistant_tokens_schedule = "heuristic"
+            else:
+                config.num_assistant_tokens_schedule, config.num_assistant_tokens = "constant", int(setting)
+            methods[f"hf_{setting}"] = functools.partial(_assisted, target, drafter, config, common)
+        times, outputs, shares = side_by_side(methods, args.rounds, seed=batch)
+        plain = outputs["plain"]
+        row = dict(batch=batch, rounds=args.rounds, plain_s=round(statistics.median(times["plain"]), 3),
+                   plain_first_token_s=round(statistics.median(times["plain_first_token"]), 3))
+        for name in methods:
+            if name.startswith("ours"):
+                stats = hf_specdec.SpeculativeStats()
+                methods[name](stats=stats)
+                row.update({f"{name}_s": round(statistics.median(times[name]), 3),
+                            f"{name}_exact": torch.equal(outputs[name], plain),
+                            **{f"{name}_{key}": value for key, value in paired(times, name).items()},
+                            f"{name}_acceptance": round(stats.acceptance_rate, 3) if stats.drafted.sum() else None,
+                            f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2),
+                            f"{name}_drafted_per_row": stats.drafted.tolist()})
+        # What the default decided from: the step costs the loop measured at this setting.
+        costs = hf_specdec.costs.costs_for(target, hf_specdec.drafters.ModelDrafter(drafter), torch.device("cpu"),
+                                           batch, False)
+        row["ours_costs_ms"] = {" ".join(map(str, key)): round(ms, 1) for key, ms in costs.measured().items()}
+        if configs:  # assisted generation at its best setting: the fastest median
+            best = min(configs, key=lambda name: statistics.median(times[name]))
+            row.update(hf_best_setting=best[3:], hf_s=round(statistics.median(times[best]), 3),
+                       hf_exact=torch.equal(outputs[best], plain),
+                       hf_s_by_setting={name[3:]: round(statistics.median(times[name]), 3) for name in configs},
+                       ours_over_hf=round(statistics.median(
+                           hf / ours for hf, ours in zip(times[best], times["ours"])), 3))
+        row["cpu_share"] = {name: values for name, values in shares.items()}  # below ~0.9: the core was shared
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -92,3 +92,22 @@ def test_the_replay_drives_the_default_through_recorded_outcomes():
     assert right["default"] > right["medians"]["chain 4"] > right["medians"]["chain 1"] > 1.0  # chains of 6
     assert right["shapes"].get("plain", 0) < 10  # drafts from its first priced steps on
     assert wrong["medians"]["chain 1"] < 0.9 < 0.95 < wrong["default"]  # lets the drafter go
+
+
+def test_the_encoder_decoder_bench_times_its_methods_side_by_side_in_rounds():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import encoder_decoder_speed as bench
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    calls = []
+    methods = {name: (lambda name=name: calls.append(name) or name.upper()) for name in ("plain", "ours", "hf")}
+    times, outputs, shares = bench.side_by_side(methods, rounds=8, seed=3)
+    assert outputs == {"plain": "PLAIN", "ours": "OURS", "hf": "HF"}
+    assert calls[:3] == ["plain", "ours", "hf"]  # the warm-ups, then 8 rounds of each method once
+    rounds = [calls[3 + 3 * i: 6 + 3 * i] for i in range(8)]
+    assert all(sorted(r) == ["hf", "ours", "plain"] for r in rounds) and len({tuple(r) for r in rounds}) > 1
+    assert all(len(values) == 8 for values in (*times.values(), *shares.values()))
+    paired = bench.paired({"plain": [2.0] * 6 + [1.0, 9.0], "ours": [1.0] * 8}, "ours")
+    assert paired == {"x_plain": 2.0, "x_plain_interval": [2.0, 2.0]}
+    assert bench.paired({"plain": [1.0, 2.0], "ours": [1.0, 1.0]}, "ours")["x_plain_interval"] is None
