@@ -37,7 +37,7 @@ class Verified:
     outcomes: tuple[torch.Tensor, torch.Tensor] | None = None  # a tree's (trials, hits), `tree.tree_outcomes`
     nodes: torch.Tensor | None = None  # [batch] a tree's drafted nodes
     drafted_at: float = 0.0  # time.perf_counter() when drafting ended (the step's verification began)
-    confidence: torch.Tensor | None = None  # [batch, width - 1] the drafter's probability of each draft, if it scored them
+    confidence: torch.Tensor | None = None  # [batch, width - 1] the drafter's top probability at each draft, if scored
 
 
 @dataclass

@@ -151,6 +151,29 @@ def test_path_stop_ends_each_row_once_its_drafts_probabilities_multiply_below_th
     assert (deeper >= draft.num_drafted).all() and (deeper > draft.num_drafted).any()
 
 
+@torch.no_grad()
+def test_sampled_drafts_odds_read_the_drafters_top_probability_and_the_confidence_stop_the_drawn_one(close_drafter):
+    # A sampled draft's own probability tells its acceptance poorly; the drafter's certainty at the position is the
+    # odds' signal. The confidence stop keeps its meaning: the drawn token's probability.
+    input_ids, attention_mask = tiny_models.prompts(batch=8, seed=4)
+    cap, generator = 6, torch.Generator().manual_seed(0)
+    for floor, threshold in ((0.02, 0.0), (0.0, 0.1)):
+        session = ModelDrafter(close_drafter).start(close_drafter, 8, torch.device("cpu"))
+        context = dataclasses.replace(_greedy_context(input_ids, attention_mask, threshold), do_sample=True,
+                                      generator=generator, min_path=floor)
+        draft = session.propose(context, torch.full((8,), cap))
+        counts = draft.num_drafted.tolist()
+        assert len(set(counts)) > 1 and min(counts) >= 1
+        for row, count in enumerate(counts):
+            drawn = draft.probs[row, torch.arange(count), draft.tokens[row, :count]]
+            top = draft.probs[row, :count].max(dim=-1).values
+            assert torch.equal(draft.confidence[row, :count], top)
+            signal = top.cumprod(dim=0) if floor else drawn  # the path stop: the tops' product; the other: drawn
+            bound = floor or threshold
+            assert (signal[:-1] >= bound).all() and (count == cap or signal[-1] < bound), (row, signal, bound)
+        assert floor == 0 or (draft.confidence > 0).all()
+
+
 # --- exactness ---------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -267,7 +290,9 @@ def test_sampling_follows_the_target_while_the_schedule_moves(target, close_draf
 
 class _DropDoubtfulSession(ModelDraftSession):
     """The wrong confidence stop (negative control): drops the doubtful token instead of verifying it,
-    so the drafts that reach verification follow q restricted to confident tokens, not q."""
+    so the drafts that reach verification follow q restricted to confident tokens, not q. (The path stop reads
+    the drafter's top probability, a function of the prefix: where it ends a row does not depend on the last
+    draft's value. This control reads the drawn tokens' probabilities for both stops, as a stop must not.)"""
 
     def propose(self, ctx, num_tokens):
         draft = super().propose(ctx, num_tokens)

@@ -61,7 +61,7 @@ class Draft:
     tokens: torch.Tensor  # [batch, num_tokens] long
     num_drafted: torch.Tensor  # [batch] long
     probs: torch.Tensor | None = None  # [batch, num_tokens, vocab] float
-    confidence: torch.Tensor | None = None  # [batch, num_tokens] the drafter's probability of each proposal, if scored
+    confidence: torch.Tensor | None = None  # [batch, num_tokens] the drafter's top probability at each, if scored
 
     def draft_probs(self, vocab_size: int) -> torch.Tensor:
         """[batch, num_tokens, vocab]: `probs`, or one-hot distributions for a deterministic draft."""
