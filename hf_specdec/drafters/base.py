@@ -28,9 +28,9 @@ class DraftContext:
     room for `num_tokens` more tokens after `lens`). `process(scores, lengths, rows)` applies
     generate()'s logits processors to raw drafter logits of the selected rows, as plain generate()
     would at those lengths. `min_confidence` is the draft policy's confidence stop: a drafter that
-    scores its proposals stops a row after a token it gave lower probability, and once the product of the row's
-    drafts' probabilities, each times `path_scale` (at most 1), is below `min_path` (the schedule's, per step; others
-    ignore them).
+    scores its proposals stops a row after a token it gave lower probability, and once the product of its top
+    probabilities at the row's drafted positions, each times `path_scale` (at most 1), is below `min_path` (the
+    schedule's, per step; others ignore them).
     `target` is the call's target and its cache when a chain is drafted, for a drafter that runs the target's
     own first layers on it (`hf_specdec.cache.SharedPrefix`); others ignore it.
     """

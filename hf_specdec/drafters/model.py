@@ -15,7 +15,8 @@ from hf_specdec.verify import argmax, draw
 class ModelDrafter(Drafter):
     """Drafts autoregressively with `model`, one forward per drafted token; with a confidence stop
     (`ctx.min_confidence`, `ctx.min_path`) a row stops after a token the model gave lower probability, or once the
-    product of its drafts' probabilities (scaled: the model's odds that all of them are accepted) fell below `min_path`.
+    product of its top probabilities at the drafted positions (scaled: the model's odds that all of them are accepted)
+    fell below `min_path`.
 
     If the model's config carries `hf_specdec_vocab_subset` (a list of token ids, written by
     `hf-specdec distill`), only those rows of its LM head are computed and every other token gets
