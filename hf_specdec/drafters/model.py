@@ -90,9 +90,8 @@ class ModelDraftSession(DraftSession):
             if stops:
                 # The doubtful token itself is still verified: dropping it would make the kept drafts
                 # follow q restricted to confident tokens, not the q that verification divides by.
-                # The odds read the drafter's top probability (greedy: the draft's own): a sampled draft's
-                # own probability tells its acceptance poorly (head, bf16, T 0.7: drafts it gave < 0.2
-                # were accepted 28 % of the time, those at positions whose top probability is < 0.2, 14 %).
+                # The odds read the drafter's top probability (greedy: the draft's own), a function of the
+                # prefix: a sampled draft's own probability tells its acceptance poorly (docs/policies.md).
                 top = step_probs.max(dim=-1).values  # [batch]
                 drawn = step_probs.gather(1, token[:, None]).squeeze(1) if ctx.do_sample else top  # [batch]
                 confidences.append(top)
