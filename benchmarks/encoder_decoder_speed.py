@@ -123,11 +123,12 @@ def side_by_side(methods: dict, rounds: int, seed: int = 0) -> tuple[dict, dict,
     outputs = {name: run() for name, run in methods.items()}
     times, shares, names = {name: [] for name in methods}, {name: [] for name in methods}, list(methods)
     for order in call_orders(len(names), rounds, seed):
-        for index in order:
+        for name in (names[index] for index in order):
             start, cpu = time.perf_counter(), time.process_time()
-            methods[names[index]]()
-            times[names[index]].append(time.perf_counter() - start)
-            shares[names[index]].append(round((time.process_time() - cpu) / times[names[index]][-1], 2))
+            methods[name]()
+            seconds = time.perf_counter() - start
+            times[name].append(seconds)
+            shares[name].append(round((time.process_time() - cpu) / seconds, 2))
     return times, outputs, shares
 
 
@@ -232,7 +233,7 @@ def main(argv=None) -> int:
                        hf_s_by_setting={name[3:]: round(statistics.median(times[name]), 3) for name in configs},
                        ours_over_hf=round(statistics.median(
                            hf / ours for hf, ours in zip(times[best], times["ours"])), 3))
-        row["cpu_share"] = {name: values for name, values in shares.items()}  # below ~0.9: the core was shared
+        row["cpu_share"] = shares  # below ~0.9: the core was shared
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

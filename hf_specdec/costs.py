@@ -35,7 +35,7 @@ class StepCosts:
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks: tuple = ()  # the last call's (hits, trials) of tree children by rank
-        self.odds = (1.0, 1.0)  # the last call's scored drafts: accepted, and their drafter's probabilities' sum
+        self.odds = (1.0, 1.0)  # the last call's scored drafts: accepted, and their drafter's top probabilities' sum
         self.delivered: dict = {}  # Shape -> (tokens committed, tokens expected) per row, fading; its step count
         if self.pinned:
             if 1 not in verify_ms:

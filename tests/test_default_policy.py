@@ -421,6 +421,7 @@ def test_a_batch_drafts_the_chosen_length_and_no_row_stops_early():
         depth, (floor, _) = _depth(schedule), schedule.path_stop
         assert (depth == 6 and floor > 0) if batch == 1 else (depth < 6 and floor == 0.0)
 
+
 def test_a_settings_next_call_starts_from_the_last_calls_calibration():
     costs, one = _measured(), torch.ones(1, dtype=torch.bool)
     first = _schedule(costs)
@@ -435,6 +436,7 @@ def test_a_settings_next_call_starts_from_the_last_calls_calibration():
     again = _schedule(costs)
     _step(again, 0, 0)
     assert _depth(again) and again.path_stop[1] == pytest.approx(hits / probabilities)  # its odds, before any draft
+
 
 def test_a_call_drafting_short_chains_tries_longer_ones_soon_where_depth_pays():
     """The first draft right every other step, every later one right: depth pays, but the start (0.3) says chains of

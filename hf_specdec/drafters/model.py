@@ -64,7 +64,7 @@ class ModelDraftSession(DraftSession):
         tokens = torch.full((batch, int(num_tokens.max())), -1, dtype=torch.long, device=ctx.lens.device)
         probs = []  # sampling: [batch, vocab] per drafted column
         drafting = ctx.active.clone()  # [batch] rows the confidence stop has not stopped
-        path = 1.0  # then [batch]: the product of each row's (scaled) drafts' probabilities
+        path = 1.0  # then [batch]: the product of each row's (scaled) top probabilities
         stops, confidences = ctx.min_confidence > 0 or ctx.min_path > 0, []
         num_drafted = torch.zeros_like(num_tokens)  # [batch]
         width = 0  # columns drafted so far
