@@ -12,11 +12,14 @@ costs the schedule hears. A change to the schedule replays in seconds; the bench
     python benchmarks/replay_default.py --record benchmarks/data/replay_head_bf16.json
     python benchmarks/replay_default.py --replay benchmarks/data/replay_head_bf16.json
     python benchmarks/replay_default.py --replay benchmarks/data/replay_head_bf16.json --noise 0.05 0.03 1.4 --processes 15
+    python benchmarks/replay_default.py --shape whisper-large-v3 --num-prompts 4 --new-tokens 32 --cost-rounds 2 \
+        --record benchmarks/data/replay_whisper_large.json   (encoder_decoder_speed.py's pair, fp32: chains only)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -84,7 +87,7 @@ def _heard_confidence(draft_logits):
     return wrapped
 
 
-def measure_costs(target, drafter, groups, policies, new_tokens: int, rounds: int) -> dict:
+def measure_costs(generate, target, drafter, groups, policies, new_tokens: int, rounds: int) -> dict:
     """{(part, kind, size): ms}: the median of every step the loop timed (a size's first step in a call's setting
     excluded, as StepCosts does) over whole calls of each shape, `rounds` times over `groups`, shapes shuffled."""
     samples = {}
@@ -101,8 +104,43 @@ def measure_costs(target, drafter, groups, policies, new_tokens: int, rounds: in
     for _ in range(rounds):
         for inputs in groups:
             for policy in order.sample(policies, len(policies)):
-                target.generate(**inputs, drafter=drafter, gamma=policy, max_new_tokens=new_tokens, do_sample=False)
+                generate(**inputs, drafter=drafter, gamma=policy, max_new_tokens=new_tokens, do_sample=False)
     return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def _setting(args):
+    """(generate, target, drafter, input groups of one row, the inputs of a step after given output tokens) of the
+    recorded setting: SmolLM2 and a drafter on held-out chat prompts, or the random-weight Whisper-large-v3-shaped
+    pair of `encoder_decoder_speed.py` (fp32, packed) on random audio, seeds 1.. (seed 1: that bench's batch 1)."""
+    if args.shape == "smollm2":
+        target, tokenizer, drafter = bench.load(args.dtype, args.drafter)
+        groups = batches(encode(tokenizer, CHAT_PROMPTS[: args.num_prompts]), 1, tokenizer.pad_token_id)
+
+        def after(inputs, tokens):
+            ids = torch.tensor([inputs["input_ids"][0].tolist() + tokens])
+            return dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+        return target.generate, target, drafter, groups, after
+    import encoder_decoder_speed as pairs
+    from transformers import GenerationMixin
+    from transformers.modeling_outputs import BaseModelOutput
+
+    import hf_specdec
+    target, model = pairs.whisper_pair(0.025)
+    for each in (target, model):
+        pairs._no_eos(each)
+        hf_specdec.pack_linears(each, min_rows=1)
+    groups, start = [], [50258, 50259, 50360, 50364]
+    for seed in range(1, args.num_prompts + 1):
+        with torch.no_grad():
+            features = torch.randn(1, 128, 3000, generator=torch.Generator().manual_seed(seed))
+            hidden = target.get_encoder()(features).last_hidden_state
+        groups.append(dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
+                           decoder_input_ids=torch.tensor([start])))
+
+    def after(inputs, tokens):
+        return dict(encoder_outputs=inputs["encoder_outputs"], decoder_input_ids=torch.tensor([start + tokens]))
+    return (functools.partial(GenerationMixin.generate, target), target, hf_specdec.drafters.ModelDrafter(model),
+            groups, after)
 
 
 def record(args) -> dict:
@@ -111,31 +149,31 @@ def record(args) -> dict:
 
     for session in (FeatureDraftSession, ModelDraftSession):  # the drafter's confidence in each draft (this process)
         session._draft_logits = _heard_confidence(session.__dict__["_draft_logits"])
-    target, tokenizer, drafter = bench.load(args.dtype, args.drafter)
     torch.set_num_threads(1)
-    groups = batches(encode(tokenizer, CHAT_PROMPTS[: args.num_prompts]), 1, tokenizer.pad_token_id)
+    generate, target, drafter, groups, after = _setting(args)
     greedy = dict(do_sample=False)
+    trees = TREE_MENU if args.shape == "smollm2" else ()  # (Whisper's decoder takes no tree positions)
     policies = [_Chain(max_gamma=1, plain=True), *(_Chain(max_gamma=d) for d in range(1, CHAIN + 1)),
-                *(_Tree(top_k=k, max_depth=d, max_nodes=n) for k, d, n in TREE_MENU)]
-    costs = measure_costs(target, drafter, groups[:3], policies, args.new_tokens, args.cost_rounds)
+                *(_Tree(top_k=k, max_depth=d, max_nodes=n) for k, d, n in trees)]
+    costs = measure_costs(generate, target, drafter, groups[:3], policies, args.new_tokens, args.cost_rounds)
     if args.costs_only:
         return {**json.loads(args.record.read_text()), "costs": [[*key, ms] for key, ms in costs.items()]}
     prompts = []
     for number, inputs in enumerate(groups):
-        length = inputs["input_ids"].shape[1]
-        plain = target.generate(**inputs, max_new_tokens=args.new_tokens, **greedy)[0, length:].tolist()
-        prefill = statistics.median(bench.timed(lambda: target.generate(**inputs, max_new_tokens=1, **greedy))[0]
+        first = after(inputs, [])
+        length = first.get("decoder_input_ids", first.get("input_ids")).shape[1]
+        plain = generate(**inputs, max_new_tokens=args.new_tokens, **greedy)[0, length:].tolist()
+        prefill = statistics.median(bench.timed(lambda: generate(**inputs, max_new_tokens=1, **greedy))[0]
                                     for _ in range(3)) * 1e3
-        shapes = {}
+        shapes, prior = {}, None
         for policy in policies[CHAIN:]:
             heard = []
             for state in range(1, len(plain)):  # a step that starts with `state` tokens of plain's output committed
-                ids = torch.tensor([inputs["input_ids"][0].tolist() + plain[: state - 1]])
                 _log.clear(), _confidence.clear()
-                target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), drafter=drafter, gamma=policy,
-                                max_new_tokens=policy.max_gamma + 2, **greedy)
+                generate(**after(inputs, plain[: state - 1]), drafter=drafter, gamma=policy,
+                         max_new_tokens=policy.max_gamma + 2, **greedy)
                 if state == 1 and isinstance(policy, _Chain):  # (a tree's prefill reads no agreement)
-                    prior = next(entry[1:] for entry in _log if entry[0] == "prior")
+                    prior = next((entry[1:] for entry in _log if entry[0] == "prior"), None)
                 drafted, accepted, outcomes, _ = next(entry for entry in _log if entry[0] != "prior" and entry[3])
                 if outcomes:  # a tree's (trials, hits) by depth and rank
                     heard.append((accepted, [[list(map(int, row)) for row in o[: policy.max_gamma]] for o in outcomes]))
@@ -147,23 +185,24 @@ def record(args) -> dict:
         print(f"prompt {number}: {len(plain)} tokens, chain of {CHAIN} accepts "
               f"{statistics.fmean(a for a, _ in shapes['chain']):.2f} a step", flush=True)
     return {"date": time.strftime("%Y-%m-%d"), "commit": bench.commit(), "machine": bench.machine(),
-            "command": " ".join(sys.argv), "drafter": args.drafter, "dtype": args.dtype,
+            "command": " ".join(sys.argv), "shape": args.shape, "drafter": args.drafter, "dtype": args.dtype,
             "costs": [[*key, ms] for key, ms in costs.items()], "prompts": prompts}
 
 
 def _step(prompt: dict, state: int, shape: Shape | None, min_confidence: float = 0.0,
-          path_stop: tuple[float, float] = (0.0, 1.0)) -> tuple[int, int, object]:
+          path_stop: tuple[float, tuple] = (0.0, ())) -> tuple[int, int, object]:
     """(drafts, accepted, a tree's outcomes or a chain's confidences) of a step of `shape` that starts with `state`
     tokens committed; a chain drafts up to the first draft its drafter gave less than `min_confidence`, or where the
-    product of its drafts' probabilities, each times path_stop[1] (at most 1), fell below path_stop[0], that one
+    product of its drafts' odds (each probability read by path_stop[1]'s bands) fell below path_stop[0], that one
     included (`hf_specdec.drafters.model.ModelDraftSession.propose`)."""
     room = prompt["tokens"] - state - 1
     if shape is None or room <= 0:
         return 0, 0, None
     if not shape.top_k:
         accepted, confidence = prompt["shapes"]["chain"][state - 1]
-        floor, scale = path_stop
-        paths = [math.prod(min(1.0, scale * c) for c in confidence[: k + 1]) for k in range(len(confidence))]
+        floor, bands = path_stop
+        odds = (lambda c: bands[min(int(c * len(bands)), len(bands) - 1)]) if bands else (lambda c: c)  # noqa: E731
+        paths = [math.prod(odds(c) for c in confidence[: k + 1]) for k in range(len(confidence))]
         depth = min([shape.depth, room] + [k + 1 for k, (c, p) in enumerate(zip(confidence, paths))
                                            if c < min_confidence or p < floor])
         return depth, min(accepted, depth), confidence[:depth]
@@ -198,10 +237,11 @@ def _default_ms(prompt: dict, policy, costs: StepCosts, table: StepCosts, noise:
     """One call of the default on `prompt`: the loop's conversation with its schedule, each step priced by `table`;
     `costs` (the setting's, across calls) hears each step's cost, times `noise`'s factor (`path_stop` False: as for a
     drafter that scores nothing, chains of the chosen length)."""
-    schedule = policy.start(1, torch.device("cpu"), costs=costs, trees=True, prior=None)
+    trees = any(name.startswith("tree") for name in prompt["shapes"])
+    schedule = policy.start(1, torch.device("cpu"), costs=costs, trees=trees, prior=None)
     one, zero = torch.ones(1, dtype=torch.bool), torch.zeros(1, dtype=torch.long)
     schedule.update(one, zero, zero, None, False, 1)  # the prefill: plain
-    if schedule.wants_prior:
+    if schedule.wants_prior and prompt["prior"]:
         schedule.set_prior(torch.tensor([prompt["prior"][0]]), torch.tensor([prompt["prior"][1]]))
     state, ms, drafted = 1, prompt["prefill_ms"], False
     while state < prompt["tokens"]:
@@ -209,7 +249,7 @@ def _default_ms(prompt: dict, policy, costs: StepCosts, table: StepCosts, noise:
         shape = Shape(tree.top_k, tree.max_depth, tree.max_nodes) if tree is not None else (
             Shape(0, int(schedule.lengths[0]), int(schedule.lengths[0])) if schedule.drafts() else None)
         drafts, accepted, outcomes = _step(prompt, state, shape, policy.min_confidence,
-                                           schedule.path_stop if path_stop else (0.0, 1.0))
+                                           schedule.path_stop if path_stop else (0.0, ()))
         shape = None if not drafts else shape if shape.top_k else Shape(0, drafts, drafts)
         step_ms = table.estimate(shape)
         ms += step_ms
@@ -240,7 +280,9 @@ def replay(data: dict, policy=None, processes: int = 1, noise: tuple[float, floa
     table = StepCosts()
     table._median = {tuple(entry[:3]): entry[3] for entry in data["costs"]}  # the measured medians, as the loop's
     fixed = {"plain": None, **{name: Shape(0, g, g) if isinstance(g, int) else Shape(g.top_k, g.max_depth, g.max_nodes)
-                               for name, g in bench.FIXED.items()}}  # the bench's fixed shapes
+                               for name, g in bench.FIXED.items()  # the bench's fixed shapes (that were recorded)
+                               if isinstance(g, int) or f"tree {g.top_k}/{g.max_depth}/{g.max_nodes}" in
+                               data["prompts"][0]["shapes"]}}
     fixed_ms = [{name: _fixed_ms(prompt, shape, table) for name, shape in fixed.items()} for prompt in data["prompts"]]
     ratios, shapes = {"default": [], **{name: [] for name in fixed if name != "plain"}}, {}
     for process in range(processes):
@@ -265,6 +307,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", type=Path, help="measure outcomes and costs into this file")
     parser.add_argument("--replay", type=Path, help="replay the default over a recorded file")
+    parser.add_argument("--shape", choices=("smollm2", "whisper-large-v3"), default="smollm2",
+                        help="--record: SmolLM2 with --drafter, or encoder_decoder_speed.py's Whisper-shaped pair")
     parser.add_argument("--drafter", default="head")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--num-prompts", type=int, default=8)

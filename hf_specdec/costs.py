@@ -28,14 +28,12 @@ class StepCosts:
     {1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs, ignoring what calls measure (the default then decides alike anywhere)."""
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
-        self.pinned = verify_ms is not None  # pinned by hand: `record` and `remember` change nothing
-        self._lock = threading.Lock()
+        self.pinned, self._lock = verify_ms is not None, threading.Lock()  # pinned: `record`, `remember` change nothing
         self._samples, self._medians = {}, {}  # (part, kind, size) -> its latest steps' ms; -> (trusted, their median)
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
         self._warm: set[tuple] = set()  # (part, kind, size) whose first step ran
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
-        self.ranks: tuple = ()  # the last call's (hits, trials) of tree children by rank
-        self.odds = (1.0, 1.0)  # the last call's scored drafts: accepted, and their drafter's top probabilities' sum
+        self.ranks, self.odds = (), None  # the last call's tree children by rank; drafts by band (`policy.odds_by_band`)
         self.delivered: dict = {}  # Shape -> (tokens committed, tokens expected) per row, fading; its step count
         if self.pinned:
             if 1 not in verify_ms:
@@ -58,9 +56,9 @@ class StepCosts:
             self._median = {key: ms if sure else min(ms, _curve(trusted, *key) or ms)  # them, never above what the
                             for key, (sure, ms) in self._medians.items()}  # trusted say (replaced whole)
 
-    def remember(self, accepted: tuple | None, ranks: tuple, odds: tuple = (1.0, 1.0)) -> None:
+    def remember(self, accepted: tuple | None, ranks: tuple, odds: torch.Tensor | None = None) -> None:
         """A finished call's (hits, trials) of rank-1 drafts by depth (None: too few drafts to say), its tree children's
-        fading (hits, trials) by rank and its drafter's odds' calibration: where the setting's next call starts."""
+        fading (hits, trials) by rank and its drafter's odds by band: where the setting's next call starts."""
         if not self.pinned:
             with self._lock:  # replaced whole, read without the lock
                 self.accepted = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:]
@@ -110,8 +108,7 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
 
 
 def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
-    """The measured widths' costs, none below the plain step's (width 1): a draft nobody accepts never looks free.
-    Otherwise as measured: a 4-token forward may cost less than a 3-token one (fp32 on some CPUs)."""
+    """The measured widths' costs, none below the plain step's (width 1): a draft nobody accepts never looks free."""
     return {width: max(ms, points.get(1, 0.0)) for width, ms in points.items()}
 
 

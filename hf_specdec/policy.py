@@ -2,8 +2,8 @@
 the most expected tokens per millisecond, a pure function (`best_shape`) of acceptance and measured step costs.
 
 Contract: a policy is a frozen, validated description that calls and threads share; `policy.start(...)` gives one call
-its schedule, which the loop asks before every step (`tree`, `lengths`) and tells after it (`update`). A schedule
-decides how much is proposed, never what is kept: it changes speed, never the output.
+its schedule, which the loop asks before every step (`tree`, `lengths`) and tells after it (`update`): it decides how
+much is proposed, never what is kept.
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ import torch
 from hf_specdec.errors import InvalidGammaError
 
 
-def _check_int(name: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidGammaError(f"{name} must be an int >= {low}, got {value!r}.")
-
-
-def _check_fraction(name: str, value, high: float = 1.0) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high:
-        raise InvalidGammaError(f"{name} must be a number in [0, {high}], got {value!r}.")
+def _check(name: str, value, low: int = 0, high: float | None = None) -> None:
+    """Refuses a setting that is not an int >= `low` (`high` None) or not a number in [`low`, `high`]."""
+    kind = f"an int >= {low}" if high is None else f"a number in [{low}, {high}]"
+    if isinstance(value, bool) or not isinstance(value, int if high is None else (int, float)) or not (
+            low <= value <= (math.inf if high is None else high)):
+        raise InvalidGammaError(f"{name} must be {kind}, got {value!r}.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,17 +33,17 @@ class DraftPolicy:
 
     Args:
         max_gamma: most tokens drafted per row and step (>= 1).
-        min_confidence: confidence stop in [0, 1]: a row stops drafting after a token its drafter gave a probability
-            below this (llama.cpp's --draft-p-min, transformers' assistant_confidence_threshold). The doubtful token
-            is still verified. 0 disables it; drafters that do not score their proposals ignore it.
+        min_confidence: a row stops drafting after a token its drafter gave a lower probability (llama.cpp's
+            --draft-p-min, transformers' assistant_confidence_threshold), still verified; 0: off; drafters that do not
+            score their proposals ignore it.
     """
 
     max_gamma: int = 4
     min_confidence: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_int("max_gamma", self.max_gamma, 1)
-        _check_fraction("min_confidence", self.min_confidence)
+        _check("max_gamma", self.max_gamma, 1)
+        _check("min_confidence", self.min_confidence, high=1.0)
 
     def start(self, batch_size: int, device: torch.device, **call) -> "Schedule":
         """This call's schedule. `call` holds what adaptive policies read (`costs`, `trees`, `prior`); others ignore it."""
@@ -57,8 +55,7 @@ class DraftPolicy:
 
     def next_lengths(self, lengths: torch.Tensor, active: torch.Tensor, num_drafted: torch.Tensor,
                      num_accepted: torch.Tensor) -> torch.Tensor:
-        """[batch] long: each row's draft length for the next step, from this step's lengths, active rows, drafts
-        proposed and drafts accepted (all [batch])."""
+        """[batch] long: each row's next draft length from this step's lengths, active rows, drafts and accepted drafts."""
         return lengths
 
 
@@ -77,7 +74,7 @@ class HeuristicDraftPolicy(DraftPolicy):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name, low in (("start_gamma", 1), ("increase", 0), ("decrease", 0)):
-            _check_int(name, getattr(self, name), low)
+            _check(name, getattr(self, name), low)
         if self.start_gamma > self.max_gamma:
             raise InvalidGammaError(f"start_gamma ({self.start_gamma}) must not exceed max_gamma ({self.max_gamma}).")
 
@@ -92,10 +89,9 @@ class HeuristicDraftPolicy(DraftPolicy):
 
 @dataclass(frozen=True, kw_only=True)
 class TreeDraftPolicy(DraftPolicy):
-    """Drafts a tree per row and step (EAGLE-2's best-first tree, `hf_specdec.tree`): the root's `top_k` best
-    children, then at each depth the `top_k` best nodes by path probability, each into its `top_k` best children,
-    `max_depth` levels deep; the `max_nodes` best drafted nodes are verified in one target forward. A drafter or
-    model that cannot draft trees is refused with `UnsupportedTreeError` before any forward. See docs/trees.md."""
+    """Drafts a tree per row and step (EAGLE-2's best-first tree, `hf_specdec.tree`): at each of `max_depth` levels the
+    `top_k` best nodes by path probability, each into its `top_k` best children; the `max_nodes` best are verified in
+    one target forward. A drafter or model that cannot draft trees raises `UnsupportedTreeError`. docs/trees.md."""
 
     top_k: int = 4
     max_depth: int = 4
@@ -105,7 +101,7 @@ class TreeDraftPolicy(DraftPolicy):
 
     def __post_init__(self) -> None:
         for name in ("top_k", "max_depth", "max_nodes"):
-            _check_int(name, getattr(self, name), 1)
+            _check(name, getattr(self, name), 1)
         object.__setattr__(self, "max_gamma", self.max_depth)
         super().__post_init__()
 
@@ -117,16 +113,14 @@ TREE_MENU = ((4, 3, 8), (4, 4, 16), (4, 6, 32))
 @dataclass(frozen=True, kw_only=True)
 class CostAwareDraftPolicy(DraftPolicy):
     """The default (no `gamma=`): before every step, the shape among a plain step, chains of 1..max_gamma and the
-    trees of `TREE_MENU` with the most expected committed tokens per ms, from acceptance per row and depth (and tree
-    rank: the call's own, the setting's recent calls', the prompt's) and step costs measured as calls run
-    (`hf_specdec.costs`); a lone row stops once its drafts' odds no longer pay for a level (`path_stop`); optimism
-    bonuses bound how long a drafter, or a shape it ran, that could pay stays untried. docs/policies.md.
+    trees of `TREE_MENU` with the most expected tokens per ms, from acceptance per row, depth and tree rank (the call's,
+    the setting's recent calls', the prompt's) and step costs measured as calls run (`hf_specdec.costs`); a lone row
+    stops once its drafts' odds no longer pay for a level; optimism bonuses bound how long what could pay stays untried.
 
     Args:
         max_gamma: longest chain considered.
         trees: also consider `TREE_MENU` where the drafter and the target can draft trees.
-        min_gain: a shape must beat every cheaper shape by this fraction (one row; `batch_gain` with more rows,
-            where the call lasts as long as its slowest row).
+        min_gain: a shape must beat every cheaper shape by this fraction (`batch_gain`: with more rows).
         exploration: the optimism bonuses' scale (0: none; a drafter or shape priced out stays out).
         costs: a `hf_specdec.costs.StepCosts` that pins every cost instead of measuring (decisions then repeat).
     """
@@ -141,14 +135,14 @@ class CostAwareDraftPolicy(DraftPolicy):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("min_gain", "batch_gain", "exploration"):
-            _check_fraction(name, getattr(self, name), high=10.0)
+            _check(name, getattr(self, name), high=10.0)
         if not isinstance(self.trees, bool):
             raise InvalidGammaError(f"trees must be True or False, got {self.trees!r}.")
 
     def start(self, batch_size: int, device: torch.device, *, costs=None, trees: bool = False,
               prior: float | None = None, **call) -> "AdaptiveSchedule":
-        """`costs`: this setting's StepCosts (the policy's own `costs` win); `trees`: whether this drafter and target
-        draft trees; `prior`: the drafter's declared acceptance, the start until the prompt tells more."""
+        """`costs`: the setting's StepCosts (the policy's own win); `trees`: whether the pair drafts trees; `prior`: the
+        drafter's declared acceptance, the start until the prompt tells more."""
         menu = [Shape(0, depth, depth) for depth in range(1, self.max_gamma + 1)]
         menu += [Shape(*tree) for tree in TREE_MENU if self.trees and trees]
         return AdaptiveSchedule(self, batch_size, device, self.costs or costs, tuple(menu), prior)
@@ -172,11 +166,10 @@ class Schedule:
     tree: TreeDraftPolicy | None = None
     wants_prior: bool = False  # whether it reads the drafter's agreement on the prompt (`set_prior`)
     timed: bool = False  # whether the loop records its steps' times (the default's only: a fixed shape's teach it nothing)
-    path_stop = (0.0, 1.0)  # the next chain's (min_path, path_scale): `hf_specdec.drafters.base.DraftContext`
+    path_stop = (0.0, ())  # the next chain's (min_path, path_odds): `hf_specdec.drafters.base.DraftContext`
 
     def __init__(self, policy: DraftPolicy, batch_size: int, device: torch.device):
-        self.policy = policy
-        self.lengths = policy.initial_lengths(batch_size, device)  # [batch] long
+        self.policy, self.lengths = policy, policy.initial_lengths(batch_size, device)  # lengths: [batch] long
         self.tree = tree = policy if isinstance(policy, TreeDraftPolicy) else None  # (a tree policy drafts itself)
         self.max_depth = policy.max_gamma  # most drafts a step may accept
         self.max_width = policy.max_nodes + 1 if tree else policy.max_gamma + 1  # most tokens a step verifies per row
@@ -185,9 +178,8 @@ class Schedule:
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
         """The drafter's agreement with the target on each row's prompt over `positions` tokens (if `wants_prior`)."""
 
-    def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor,
-               outcomes: tuple[torch.Tensor, torch.Tensor] | None = None, drafted: bool = True,
-               left: int | None = None, confidence: torch.Tensor | None = None) -> None:
+    def update(self, active: torch.Tensor, num_drafted: torch.Tensor, num_accepted: torch.Tensor, outcomes=None,
+               drafted: bool = True, left: int | None = None, confidence: torch.Tensor | None = None) -> None:
         """After a verification: active rows, drafts (a tree's depth), accepted drafts ([batch] each), a tree's (trials,
         hits) [batch, depth, rank], whether it drafted, its active rows' count, a chain's drafts' probabilities if scored."""
         if self.tree is None:
@@ -207,14 +199,15 @@ class Schedule:
 
 #: Drafts a start is worth (at least; at most where the setting's calls agree); the share of a row's recent evidence kept
 #: per step; each row's acceptance when neither the prompt nor the drafter says anything; the tokens committed and
-#: expected a shape's delivery record starts with (a few steps' worth of its model's estimate).
-PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR = 4.0, 32.0, 0.95, 0.5, 32.0
+#: expected a shape's delivery record starts with (a few steps' worth of its model's estimate); the equal bands of the
+#: drafter's top probability its odds are measured in.
+PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR, BANDS = 4.0, 32.0, 0.95, 0.5, 32.0, 5
 
 
 def record_evidence(calls, depths: int, start: float = DEFAULT_PRIOR) -> list[tuple[float, float, float]]:
     """[depth] (hits, trials, lift) the setting's recent calls' rank-1 drafts ([call][depth] pairs) are worth to its next
-    call: pooled, worth PRIOR_WEIGHT to MAX_WEIGHT drafts as the calls' first-draft shares agree (depth 1 also counts
-    PRIOR_WEIGHT at `start`); `lift`: each depth's odds of acceptance over the depth before's (docs/policies.md)."""
+    call, pooled: PRIOR_WEIGHT to MAX_WEIGHT drafts as the calls' first-draft shares agree (depth 1: plus PRIOR_WEIGHT at
+    `start`); `lift`: each depth's odds of acceptance over the depth before's (docs/policies.md)."""
     pooled = [tuple(sum(call[depth][i] for call in calls if len(call) > depth) for i in (0, 1)) for depth in range(depths)]
     lifts, odds = [1.0], lambda p: (q := min(max(p, 0.01), 0.99)) / (1 - q)  # noqa: E731
     for depth, (hits, trials) in enumerate(pooled[1:], 1):
@@ -256,7 +249,8 @@ class AdaptiveSchedule(Schedule):
         self.steps, self._tree, self._left, self._depth, self._evidence_at, self._stale = 0, None, -1, 0, 0, False
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
         self._planned = (None, None)  # the shape the next step calibrates, and the acceptance it was planned on
-        self._odds = (PRIOR_WEIGHT * costs.odds[0] / costs.odds[1], PRIOR_WEIGHT)  # scored drafts: hits, probabilities' sum
+        # Scored drafts by band (`odds_by_band`): from the setting's last call's; whether this call scored any.
+        self._odds, self._scored = torch.zeros(3, BANDS).double() if costs.odds is None else costs.odds, False
         # A setting's first calls read the prompt, later ones its record; `_read`: (hits, positions) the prompt said.
         self.wants_prior, self._read = not costs.accepted, None
 
@@ -278,8 +272,7 @@ class AdaptiveSchedule(Schedule):
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
         fade, sat_out = DECAY**streak, [math.log1p(streak), *(math.log1p(self._drafted - at) for at in self._tried_at)]
-        out = []
-        columns = (self.hits, self.trials, self.all_hits, self.all_trials, self.prior)
+        out, columns = [], (self.hits, self.trials, self.all_hits, self.all_trials, self.prior)
         for hits, trials, all_hits, all_trials, prior in zip(*(pick(column).tolist() for column in columns)):
             call, row = prior, []  # the call's whole record over the setting's and a start, recent drafts on top
             for depth, (record_hits, record_trials, lift) in enumerate(self.record):
@@ -320,9 +313,11 @@ class AdaptiveSchedule(Schedule):
             if outcomes is None:  # a chain: depth d was tried if the d - 1 before it were accepted
                 trials = ((depth <= row_drafts[:, None]) & (depth <= accepted[:, None] + 1)).double()
                 hits = (depth <= accepted[:, None]).double() * trials
-                if confidence is not None:  # what the drafter's odds were worth: its accepted drafts over their sum
-                    odds = torch.nn.functional.pad(confidence.cpu().double(), (0, self.max_depth))[:, : self.max_depth]
-                    self._odds = (self._odds[0] + float(hits.sum()), self._odds[1] + float((odds * trials).sum()))
+                if confidence is not None:  # what the drafter's odds were worth, by its top probability's band
+                    top = torch.nn.functional.pad(confidence.cpu().double(), (0, self.max_depth))[:, : self.max_depth]
+                    heard = torch.stack([hits[trials > 0], torch.ones_like(top[trials > 0]), top[trials > 0]])  # [3, tried]
+                    band = (heard[2] * BANDS).long().clamp(max=BANDS - 1)
+                    self._odds, self._scored = self._odds.index_add(1, band, heard), True
             else:  # a tree: rank 1 feeds the per-depth counts, ranks 2.. the pooled ones
                 trials_all, hits_all = (t.cpu().double() * rows[:, None, None] for t in outcomes)
                 trials, hits = trials_all[:, :, 0], hits_all[:, :, 0]
@@ -346,13 +341,13 @@ class AdaptiveSchedule(Schedule):
         alphas = self.alphas() if shape is not None else None  # the acceptance the step is planned on
         self._planned = (shape, alphas) if shape and (shape.top_k or not self.wants_prior) else (None, None)  # calibrates
         single = int(self._rows.sum()) == 1  # (a batch drafts as long as its longest row: a row's stop saves no level)
-        scored = single and self._odds[1] > PRIOR_WEIGHT  # (one row whose drafts are scored: its odds decide the depth)
+        scored = single and self._scored  # (one row whose drafts are scored: its odds decide the depth)
         self._depth = 0 if shape is None or shape.top_k else self.policy.max_gamma if scored else shape.depth
         if self._depth and single:  # the row drafts on while its odds, times a next draft's acceptance, buy a level's
             plain, row = self.costs.estimate(None), alphas[int(self._rows.nonzero())]  # ms at the step's tokens per ms
             level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
             rate = expected_tokens([row], self.ranks(), shape)[0] / self._cost(shape) / row[min(1, len(row) - 1)]
-            self.path_stop = (level * rate, self._odds[0] / self._odds[1])
+            self.path_stop = (level * rate, odds_by_band(self._odds))
 
     tree = property(lambda self: self._plan() or self._tree)
     lengths = property(lambda self: self._plan() or torch.full(self._rows.shape, self._depth, device=self.device))
@@ -380,17 +375,25 @@ class AdaptiveSchedule(Schedule):
         hits, trials = self.all_hits.sum(dim=0).tolist(), self.all_trials.sum(dim=0).tolist()  # [depth] over rows
         # A call that drafted too little to say leaves what its prompt said: the setting's next calls skip reading it.
         depths = tuple(zip(hits, trials)) if trials[0] >= PRIOR_WEIGHT else (self._read,) if self._read else None
-        self.costs.remember(depths, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())), self._odds)
+        odds = self._odds * (PRIOR_WEIGHT / self._odds[1].clamp(min=PRIOR_WEIGHT))  # (a band worth PRIOR_WEIGHT at most)
+        self.costs.remember(depths, tuple(zip(self.rank_hits.tolist(), self.rank_trials.tolist())), odds)
 
     def drafting_pays(self, active: torch.Tensor) -> bool:
         return self._best(active.cpu(), optimism=0.0) is not None
 
 
+def odds_by_band(counts: torch.Tensor) -> tuple[float, ...]:
+    """[band] acceptance by band of the drafter's top probability, from [3, band] (hits, trials, the probabilities' sum):
+    a start of PRIOR_WEIGHT drafts at the band's middle times the drafter's calibration (hits over the sum), then its own."""
+    hits, trials, tops = counts
+    middle = (torch.arange(BANDS) + 0.5).double() / BANDS * (hits.sum() + PRIOR_WEIGHT) / (tops.sum() + PRIOR_WEIGHT)
+    return tuple(((hits + PRIOR_WEIGHT * middle.clamp(max=1.0)) / (trials + PRIOR_WEIGHT)).tolist())
+
+
 def expected_tokens(alphas, ranks: list[float], shape: Shape, drafts: torch.Tensor | None = None) -> list[float]:
-    """Per row of `alphas` ([rows][depth] floats, or a tensor): tokens a step of `shape` commits on average: 1 + the
-    sum over its nodes of the acceptances' product along the node's path (rank-1 child at depth d: alphas[row][d - 1];
-    rank k: ranks[k - 2]); a chain's 1 + a1 + a1 a2 + ... up to the row's `drafts` ([rows]; default: the depth), a
-    tree's `nodes` most valuable nodes (best-first), on the rows' mean: one tree shape serves every row."""
+    """Per row of `alphas` ([rows][depth], or a tensor): tokens a step of `shape` commits on average, 1 + the sum over its
+    nodes of the acceptances along the path (rank-1 child at depth d: alphas[row][d - 1]; rank k: ranks[k - 2]): a chain's
+    1 + a1 + a1 a2 + ... to the row's `drafts` ([rows]; default: its depth), a tree's `nodes` best on the rows' mean."""
     alphas = alphas.tolist() if isinstance(alphas, torch.Tensor) else alphas
     if shape.top_k == 0:
         depths = [shape.depth] * len(alphas) if drafts is None else drafts.tolist()

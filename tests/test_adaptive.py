@@ -145,10 +145,14 @@ def test_path_stop_ends_each_row_once_its_drafts_probabilities_multiply_below_th
         path = probs[torch.arange(count), drafted].cumprod(dim=0)  # the drafter's odds that all of them are accepted
         assert (path[:-1] >= floor).all()  # it kept going while the odds held...
         assert count == cap or path[-1] < floor  # ...and stopped right after the draft that took them below the floor
-    # Odds read at twice the drafter's probabilities (a drafter that says less than it gets right): rows go deeper.
-    deeper = ModelDrafter(close_drafter).start(close_drafter, 8, torch.device("cpu")).propose(
-        dataclasses.replace(context, path_scale=2.0), torch.full((8,), cap)).num_drafted
+    # Odds read by bands of the drafter's probability, each band's above the probabilities in it (a drafter that says
+    # less than it gets right): rows go deeper; read at a low band's odds, not as deep.
+    def drafted(bands):
+        return ModelDrafter(close_drafter).start(close_drafter, 8, torch.device("cpu")).propose(
+            dataclasses.replace(context, path_odds=bands), torch.full((8,), cap)).num_drafted
+    deeper, shallower = drafted((0.4, 0.8, 1.0, 1.0, 1.0)), drafted((0.01, 0.2, 0.4, 0.6, 0.8))
     assert (deeper >= draft.num_drafted).all() and (deeper > draft.num_drafted).any()
+    assert (shallower <= draft.num_drafted).all() and (shallower < draft.num_drafted).any()
 
 
 @torch.no_grad()
@@ -178,13 +182,14 @@ def test_sampled_drafts_odds_read_the_drafters_top_probability_and_the_confidenc
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _PathStop(DraftPolicy):
-    """Chains with a path stop at `floor` (the default sets its own per step, from its costs)."""
+    """Chains with a path stop at `floor`, odds read by `bands` (the default sets its own per step, from its costs)."""
 
     floor: float = 0.0
+    bands: tuple = ()
 
     def start(self, batch_size, device, **call):
         schedule = Schedule(self, batch_size, device)
-        schedule.path_stop = (self.floor, 1.0)
+        schedule.path_stop = (self.floor, self.bands)
         return schedule
 
 
@@ -298,7 +303,7 @@ class _DropDoubtfulSession(ModelDraftSession):
         draft = super().propose(ctx, num_tokens)
         last = (draft.num_drafted - 1).clamp_min(0)[:, None]  # [batch, 1]
         confidences = draft.probs.gather(2, draft.tokens.clamp_min(0)[:, :, None]).squeeze(2)  # [batch, width]
-        path = (ctx.path_scale * confidences).clamp(max=1.0).cumprod(dim=1).gather(1, last).squeeze(1)
+        path = confidences.cumprod(dim=1).gather(1, last).squeeze(1)  # (odds as given: the probabilities)
         confidence = confidences.gather(1, last).squeeze(1)
         doubtful = ((confidence < ctx.min_confidence) | (path < ctx.min_path)) & (draft.num_drafted > 0)  # [batch]
         draft.num_drafted = draft.num_drafted - doubtful.long()

@@ -86,8 +86,8 @@ def test_the_replay_drives_the_default_through_recorded_outcomes():
     prompt = _replay_data(True)["prompts"][0]
     assert replay._step(prompt, 1, replay.Shape(0, 2, 2)) == (2, 2, [0.9, 0.9])  # a chain of 2 accepts 2 of the 6
     assert replay._step(prompt, 37, replay.Shape(0, 4, 4))[:2] == (2, 2)  # no room past the last token
-    assert replay._step(prompt, 1, replay.Shape(0, 6, 6), path_stop=(0.75, 1.0))[:2] == (3, 3)  # 0.9^3 < 0.75: stops
-    assert replay._step(prompt, 1, replay.Shape(0, 6, 6), path_stop=(0.75, 1.1))[:2] == (6, 6)  # 0.99^6 > 0.75
+    assert replay._step(prompt, 1, replay.Shape(0, 6, 6), path_stop=(0.75, ()))[:2] == (3, 3)  # 0.9^3 < 0.75: stops
+    assert replay._step(prompt, 1, replay.Shape(0, 6, 6), path_stop=(0.75, (0.5,) * 4 + (0.99,)))[:2] == (6, 6)  # 0.99^6
     right, wrong = replay.replay(_replay_data(True)), replay.replay(_replay_data(False))
     assert right["default"] > right["medians"]["chain 4"] > right["medians"]["chain 1"] > 1.0  # chains of 6
     assert right["shapes"].get("plain", 0) < 10  # drafts from its first priced steps on

@@ -10,7 +10,7 @@ import tiny_models
 from hf_specdec.costs import StepCosts, reset_costs
 from hf_specdec.policy import (
     MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Shape, TreeDraftPolicy, best_shape, expected_tokens,
-    record_evidence,
+    odds_by_band, record_evidence,
 )
 from hf_specdec.tree import tree_outcomes
 from hf_specdec.verify import agreement
@@ -380,31 +380,32 @@ def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
         tokens = expected_tokens(alphas, schedule.ranks(), shape)[0]
         level = (costs.estimate(widest) - costs.estimate(None)) / 6
         floor = level * tokens / costs.estimate(shape) / alphas[0][1]
-        assert depth and schedule.path_stop == pytest.approx((floor, 1.0))  # (no draft scored yet: odds as given)
+        assert depth and schedule.path_stop[0] == pytest.approx(floor)
+        assert schedule.path_stop[1] == pytest.approx((0.1, 0.3, 0.5, 0.7, 0.9))  # (nothing scored: as given)
         floors.append(schedule.path_stop[0])
     assert 0.0 < floors[0] < 0.15 < floors[1] < 0.8, floors
 
 
 def test_a_drafters_odds_are_read_at_what_its_drafts_were_worth_in_the_call():
-    """A drafter whose probabilities say less than it gets right (flat distributions, as random weights give) has its
-    odds read higher: at the call's accepted drafts over the sum of the probabilities of the drafts tried (from 4 of
-    each). Once a drafter has scored its drafts, chains are drafted up to max_gamma and its odds decide where each row
-    stops; a drafter that scores nothing (prompt lookup) drafts the chosen length. Both calls here hear the same
-    acceptance: every step's first draft accepted, its second not."""
+    """A drafter's odds are read by the band of its top probability (fifths) at what the call's drafts in that band
+    were worth: here its first drafts, at 0.25, are all accepted (under-confident, as random weights give) and its
+    second, at 0.75, all rejected (confident and wrong). Once a drafter has scored its drafts, chains are drafted up to
+    max_gamma and its odds decide where each row stops; a drafter that scores nothing (prompt lookup) drafts the
+    chosen length, its odds as given. Both calls hear the same acceptance."""
     one, runs = torch.ones(1, dtype=torch.bool), {}
     for scores in (True, False):
         schedule = _schedule(CPU_LIKE)
         schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
-        tried = 0.0  # the probabilities of the drafts tried (the first two of each step)
         for _ in range(20):
             depth = _depth(schedule)
-            confidence = torch.tensor([[0.2] + [0.3] * (depth - 1)]) if scores else None
-            tried += 0.2 + 0.3 * (depth > 1)
+            confidence = torch.tensor([[0.25] + [0.75] * (depth - 1)]) if scores else None
             schedule.update(one, torch.tensor([depth]), torch.tensor([1]), drafted=True, left=1, confidence=confidence)
-        runs[scores] = (_depth(schedule), schedule.path_stop[1], tried)
-    (depth, scale, tried), (unscored_depth, unscored_scale, _) = runs[True], runs[False]
-    assert depth == 6 and scale == pytest.approx((4 + 20) / (4 + tried), rel=1e-6) and scale > 1.5
-    assert 0 < unscored_depth < 3 and unscored_scale == 1.0
+        runs[scores] = (_depth(schedule), schedule.path_stop[1])
+    (depth, bands), (unscored_depth, unscored_bands) = runs[True], runs[False]
+    # 20 accepted at 0.25 and 19 or 20 rejected at 0.75, against 4 drafts each at the band's middle times the overall
+    # calibration (hits over the probabilities' sum: 20 / ~20, about 1)
+    assert depth == 6 and bands[1] > 0.85 and bands[3] < 0.2 and bands[0] == pytest.approx(0.1, abs=0.02)
+    assert 0 < unscored_depth < 3 and unscored_bands == pytest.approx((0.1, 0.3, 0.5, 0.7, 0.9))
 
 
 def test_a_batch_drafts_the_chosen_length_and_no_row_stops_early():
@@ -422,20 +423,31 @@ def test_a_batch_drafts_the_chosen_length_and_no_row_stops_early():
         assert (depth == 6 and floor > 0) if batch == 1 else (depth < 6 and floor == 0.0)
 
 
+def test_a_drafters_odds_read_each_band_of_its_probability_at_what_its_drafts_there_were_worth():
+    """Hand-given counts: nothing scored reads each band's middle probability; 40 drafts at 0.3 (band 0.2-0.4), 30
+    accepted, read that band at 30 of 40 over 4 drafts at its middle times the calibration, (30 + 4) / (12 + 4) = 2.125,
+    and untried bands at their middle times it (at most 1)."""
+    assert odds_by_band(torch.zeros(3, 5).double()) == pytest.approx((0.1, 0.3, 0.5, 0.7, 0.9))
+    counts = torch.zeros(3, 5).double()
+    counts[:, 1] = torch.tensor([30.0, 40.0, 12.0])  # hits, trials, top probabilities' sum
+    assert odds_by_band(counts) == pytest.approx((0.2125, (30 + 4 * 0.6375) / 44, 1.0, 1.0, 1.0))
+
+
 def test_a_settings_next_call_starts_from_the_last_calls_calibration():
     costs, one = _measured(), torch.ones(1, dtype=torch.bool)
     first = _schedule(costs)
     first.set_prior(torch.tensor([0.8]), torch.tensor([100]))
-    for _ in range(20):  # each step's first draft accepted at a probability of 0.25
+    for _ in range(20):  # each step's first draft accepted at a probability of 0.25, its second rejected at 0.05
         depth = _depth(first)
-        confidence = torch.tensor([[0.25] * depth])
+        confidence = torch.tensor([[0.25] + [0.05] * (depth - 1)])
         first.update(one, torch.tensor([depth]), torch.tensor([1]), drafted=True, left=1, confidence=confidence)
     first.done()
-    hits, probabilities = costs.odds
-    assert hits / probabilities > 1.5  # a drafter right more often than its probabilities say
+    hits, trials, _ = costs.odds  # [band] each
+    assert hits[1] == trials[1] == 4 and hits[0] == 0 and trials[0] == 4  # (20 of each, kept as 4: a band's most)
     again = _schedule(costs)
     _step(again, 0, 0)
-    assert _depth(again) and again.path_stop[1] == pytest.approx(hits / probabilities)  # its odds, before any draft
+    bands = again.path_stop[1]  # its odds before any draft: the last call's
+    assert _depth(again) and bands[1] > 0.7 and bands[0] < 0.1 and bands[2] == pytest.approx(0.5 * 8 / 5.2)  # (untried: its middle x hits / probabilities)
 
 
 def test_a_call_drafting_short_chains_tries_longer_ones_soon_where_depth_pays():

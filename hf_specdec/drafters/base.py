@@ -29,8 +29,9 @@ class DraftContext:
     generate()'s logits processors to raw drafter logits of the selected rows, as plain generate()
     would at those lengths. `min_confidence` is the draft policy's confidence stop: a drafter that
     scores its proposals stops a row after a token it gave lower probability, and once the product of its top
-    probabilities at the row's drafted positions, each times `path_scale` (at most 1), is below `min_path` (the
-    schedule's, per step; others ignore them).
+    probabilities at the row's drafted positions, each read as `path_odds[band]` (a draft's acceptance by the band of
+    its top probability, equal bands over [0, 1]; empty: the probability itself), is below `min_path` (the schedule's,
+    per step; others ignore them).
     `target` is the call's target and its cache when a chain is drafted, for a drafter that runs the target's
     own first layers on it (`hf_specdec.cache.SharedPrefix`); others ignore it.
     """
@@ -46,7 +47,7 @@ class DraftContext:
     min_confidence: float = 0.0
     target: CachedModel | None = None
     min_path: float = 0.0
-    path_scale: float = 1.0
+    path_odds: tuple[float, ...] = ()
 
 
 @dataclass

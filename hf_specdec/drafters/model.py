@@ -64,7 +64,8 @@ class ModelDraftSession(DraftSession):
         tokens = torch.full((batch, int(num_tokens.max())), -1, dtype=torch.long, device=ctx.lens.device)
         probs = []  # sampling: [batch, vocab] per drafted column
         drafting = ctx.active.clone()  # [batch] rows the confidence stop has not stopped
-        path = 1.0  # then [batch]: the product of each row's (scaled) top probabilities
+        path = 1.0  # then [batch]: the product of each row's odds read from its top probabilities
+        odds = torch.tensor(ctx.path_odds, device=ctx.lens.device) if ctx.path_odds else None  # [band]
         stops, confidences = ctx.min_confidence > 0 or ctx.min_path > 0, []
         num_drafted = torch.zeros_like(num_tokens)  # [batch]
         width = 0  # columns drafted so far
@@ -95,7 +96,7 @@ class ModelDraftSession(DraftSession):
                 top = step_probs.max(dim=-1).values  # [batch]
                 drawn = step_probs.gather(1, token[:, None]).squeeze(1) if ctx.do_sample else top  # [batch]
                 confidences.append(top)
-                path = path * (ctx.path_scale * top).clamp(max=1.0)
+                path = path * (top if odds is None else odds[(top * len(odds)).long().clamp(max=len(odds) - 1)])
                 drafting &= (drawn >= ctx.min_confidence) & (path >= ctx.min_path)
         self.slack = width + 1
         draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
