@@ -96,7 +96,8 @@ class ModelDraftSession(DraftSession):
                 top = step_probs.max(dim=-1).values  # [batch]
                 drawn = step_probs.gather(1, token[:, None]).squeeze(1) if ctx.do_sample else top  # [batch]
                 confidences.append(top)
-                path = path * (top if odds is None else odds[(top * len(odds)).long().clamp(max=len(odds) - 1)])
+                # (in float32: an fp16 top times the bands rounds up across a band's edge; the schedule counts it below)
+                path = path * (top if odds is None else odds[(top.float() * len(odds)).long().clamp(max=len(odds) - 1)])
                 drafting &= (drawn >= ctx.min_confidence) & (path >= ctx.min_path)
         self.slack = width + 1
         draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
