@@ -168,6 +168,9 @@ def main(argv=None) -> int:
                              "oneDNN-packed float32 weights for products of at least MIN_ROWS rows")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="both models' weights (bfloat16: --pack-linears packs nothing)")
+    parser.add_argument("--inputs", type=int, default=1,
+                        help="random inputs per batch size (seeds batch, batch + 1, ...); a method's call decodes each "
+                             "in turn, its round time their sum")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
@@ -183,23 +186,30 @@ def main(argv=None) -> int:
             hf_specdec.pack_linears(model, min_rows=args.pack_linears)
     rows = []
     for batch in args.batches:
-        generator = torch.Generator().manual_seed(batch)
-        if args.shape.startswith("whisper"):
-            with torch.no_grad():
-                hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator).to(dtype))
-                hidden = hidden.last_hidden_state
-            inputs = dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
-                          decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch))
-        else:
-            inputs = dict(input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
-        common = dict(do_sample=False, max_new_tokens=args.tokens, **inputs)
-        methods = {"plain": lambda: GenerationMixin.generate(target, **common),
+        calls = []  # each input's generate() keywords
+        for seed in range(batch, batch + args.inputs):
+            generator = torch.Generator().manual_seed(seed)
+            if args.shape.startswith("whisper"):
+                with torch.no_grad():
+                    hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator).to(dtype))
+                    hidden = hidden.last_hidden_state
+                inputs = dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
+                              decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch))
+            else:
+                inputs = dict(input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
+            calls.append(dict(do_sample=False, max_new_tokens=args.tokens, **inputs))
+
+        def each(call, **fixed):
+            """A method: `call` on every input's keywords (with `fixed` and the call's own) in turn; their outputs."""
+            return lambda **more: [call({**common, **fixed, **more}) for common in calls]
+
+        generate = lambda keywords: GenerationMixin.generate(target, **keywords)  # noqa: E731
+        methods = {"plain": each(generate),
                    # The first token: the decoder's prompt and, at the Whisper shape, every layer's cross-attention keys
                    # and values over 1500 frames (a large share of a short call); every method pays it alike.
-                   "plain_first_token": lambda: GenerationMixin.generate(target, **{**common, "max_new_tokens": 1})}
+                   "plain_first_token": each(generate, max_new_tokens=1)}
         for gamma in [None, *args.gammas]:  # None: hf_specdec's default
-            methods["ours" if gamma is None else f"ours_gamma{gamma}"] = functools.partial(
-                GenerationMixin.generate, target, **common, drafter=drafter, gamma=gamma)
+            methods["ours" if gamma is None else f"ours_gamma{gamma}"] = each(generate, drafter=drafter, gamma=gamma)
         configs = {}
         for setting in args.hf_settings if batch == 1 else ():  # transformers' assisted generation runs batch 1 only
             config = configs[f"hf_{setting}"] = copy.deepcopy(target.generation_config)
@@ -207,17 +217,19 @@ def main(argv=None) -> int:
                 config.num_assistant_tokens_schedule = "heuristic"
             else:
                 config.num_assistant_tokens_schedule, config.num_assistant_tokens = "constant", int(setting)
-            methods[f"hf_{setting}"] = functools.partial(_assisted, target, drafter, config, common)
+            methods[f"hf_{setting}"] = each(functools.partial(_assisted, target, drafter, config))
         times, outputs, shares = side_by_side(methods, args.rounds, seed=batch)
         plain = outputs["plain"]
-        row = dict(batch=batch, rounds=args.rounds, plain_s=round(statistics.median(times["plain"]), 3),
+        exact = lambda name: all(torch.equal(out, ref) for out, ref in zip(outputs[name], plain))  # noqa: E731
+        row = dict(batch=batch, inputs=args.inputs, rounds=args.rounds,
+                   plain_s=round(statistics.median(times["plain"]), 3),
                    plain_first_token_s=round(statistics.median(times["plain_first_token"]), 3))
         for name in methods:
             if name.startswith("ours"):
                 stats = hf_specdec.SpeculativeStats()
                 methods[name](stats=stats)
                 row.update({f"{name}_s": round(statistics.median(times[name]), 3),
-                            f"{name}_exact": torch.equal(outputs[name], plain),
+                            f"{name}_exact": exact(name),
                             **{f"{name}_{key}": value for key, value in paired(times, name).items()},
                             f"{name}_acceptance": round(stats.acceptance_rate, 3) if stats.drafted.sum() else None,
                             f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2),
@@ -229,7 +241,7 @@ def main(argv=None) -> int:
         if configs:  # assisted generation at its best setting: the fastest median
             best = min(configs, key=lambda name: statistics.median(times[name]))
             row.update(hf_best_setting=best[3:], hf_s=round(statistics.median(times[best]), 3),
-                       hf_exact=torch.equal(outputs[best], plain),
+                       hf_exact=exact(best),
                        hf_s_by_setting={name[3:]: round(statistics.median(times[name]), 3) for name in configs},
                        ours_over_hf=round(statistics.median(
                            hf / ours for hf, ours in zip(times[best], times["ours"])), 3))
