@@ -14,6 +14,8 @@ costs the schedule hears. A change to the schedule replays in seconds; the bench
     python benchmarks/replay_default.py --replay benchmarks/data/replay_head_bf16.json --noise 0.05 0.03 1.4 --processes 15
     python benchmarks/replay_default.py --shape whisper-large-v3 --num-prompts 4 --new-tokens 32 --cost-rounds 2 \
         --record benchmarks/data/replay_whisper_large.json   (encoder_decoder_speed.py's pair, fp32: chains only)
+    python benchmarks/replay_default.py --shape whisper-large-v3 --num-prompts 8 --new-tokens 64 --cost-rounds 2 \
+        --record benchmarks/data/replay_whisper_large_64.json   (the same pair, 8 inputs of 64 tokens)
 """
 
 from __future__ import annotations
@@ -167,13 +169,16 @@ def record(args) -> dict:
                                     for _ in range(3)) * 1e3
         shapes, prior = {}, None
         for policy in policies[CHAIN:]:
+            _log.clear()  # a drafter that drafts in the prefill step (a second model) starts a token earlier than one
+            generate(**first, drafter=drafter, gamma=policy, max_new_tokens=2, **greedy)  # that reads its features
+            early = next(entry for entry in _log if entry[0] != "prior")[3]
+            if isinstance(policy, _Chain):  # what the prompt says (a tree's prefill reads no agreement)
+                prior = next((entry[1:] for entry in _log if entry[0] == "prior"), None)
             heard = []
             for state in range(1, len(plain)):  # a step that starts with `state` tokens of plain's output committed
                 _log.clear(), _confidence.clear()
-                generate(**after(inputs, plain[: state - 1]), drafter=drafter, gamma=policy,
+                generate(**after(inputs, plain[: state - 1 + early]), drafter=drafter, gamma=policy,
                          max_new_tokens=policy.max_gamma + 2, **greedy)
-                if state == 1 and isinstance(policy, _Chain):  # (a tree's prefill reads no agreement)
-                    prior = next((entry[1:] for entry in _log if entry[0] == "prior"), None)
                 drafted, accepted, outcomes, _ = next(entry for entry in _log if entry[0] != "prior" and entry[3])
                 if outcomes:  # a tree's (trials, hits) by depth and rank
                     heard.append((accepted, [[list(map(int, row)) for row in o[: policy.max_gamma]] for o in outcomes]))
