@@ -16,6 +16,8 @@ costs the schedule hears. A change to the schedule replays in seconds; the bench
         --record benchmarks/data/replay_whisper_large.json   (encoder_decoder_speed.py's pair, fp32: chains only)
     python benchmarks/replay_default.py --shape whisper-large-v3 --num-prompts 8 --new-tokens 64 --cost-rounds 2 \
         --record benchmarks/data/replay_whisper_large_64.json   (the same pair, 8 inputs of 64 tokens)
+    python benchmarks/replay_default.py --costs-only --cost-rounds 4 --record COPY_OF_A_RECORDING.json
+        (the same outcomes priced at this machine's step costs; `costs_measured` names where and when)
 """
 
 from __future__ import annotations
@@ -159,7 +161,9 @@ def record(args) -> dict:
                 *(_Tree(top_k=k, max_depth=d, max_nodes=n) for k, d, n in trees)]
     costs = measure_costs(generate, target, drafter, groups[:3], policies, args.new_tokens, args.cost_rounds)
     if args.costs_only:
-        return {**json.loads(args.record.read_text()), "costs": [[*key, ms] for key, ms in costs.items()]}
+        where = {"date": time.strftime("%Y-%m-%d"), "commit": bench.commit(), "machine": bench.machine()}
+        return {**json.loads(args.record.read_text()), "costs": [[*key, ms] for key, ms in costs.items()],
+                "costs_measured": {**where, "command": " ".join(sys.argv)}}  # (the outcomes keep their own)
     prompts = []
     for number, inputs in enumerate(groups):
         first = after(inputs, [])
