@@ -56,6 +56,11 @@ def commit() -> str:
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
+def provenance() -> dict:
+    """Where a result comes from: today's date, the commit, the machine and the command that ran."""
+    return {"date": time.strftime("%Y-%m-%d"), "commit": commit(), "machine": machine(), "command": " ".join(sys.argv)}
+
+
 def timed(call) -> tuple[float, int]:
     start = time.perf_counter()
     out = call()

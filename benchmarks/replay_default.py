@@ -29,7 +29,6 @@ import math
 import random
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,9 +160,8 @@ def record(args) -> dict:
                 *(_Tree(top_k=k, max_depth=d, max_nodes=n) for k, d, n in trees)]
     costs = measure_costs(generate, target, drafter, groups[:3], policies, args.new_tokens, args.cost_rounds)
     if args.costs_only:
-        where = {"date": time.strftime("%Y-%m-%d"), "commit": bench.commit(), "machine": bench.machine()}
         return {**json.loads(args.record.read_text()), "costs": [[*key, ms] for key, ms in costs.items()],
-                "costs_measured": {**where, "command": " ".join(sys.argv)}}  # (the outcomes keep their own)
+                "costs_measured": bench.provenance()}  # (the outcomes keep their own)
     prompts = []
     for number, inputs in enumerate(groups):
         first = after(inputs, [])
@@ -193,8 +191,7 @@ def record(args) -> dict:
         prompts.append({"tokens": len(plain), "prefill_ms": prefill, "prior": prior, "shapes": shapes})
         print(f"prompt {number}: {len(plain)} tokens, chain of {CHAIN} accepts "
               f"{statistics.fmean(a for a, _ in shapes['chain']):.2f} a step", flush=True)
-    return {"date": time.strftime("%Y-%m-%d"), "commit": bench.commit(), "machine": bench.machine(),
-            "command": " ".join(sys.argv), "shape": args.shape, "drafter": args.drafter, "dtype": args.dtype,
+    return {**bench.provenance(), "shape": args.shape, "drafter": args.drafter, "dtype": args.dtype,
             "costs": [[*key, ms] for key, ms in costs.items()], "prompts": prompts}
 
 

@@ -21,20 +21,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import default_vs_best as bench  # noqa: E402
+from replay_default import _Tree  # noqa: E402  (a fixed tree whose steps the loop times, as the default's)
 
-from hf_specdec import TreeDraftPolicy  # noqa: E402
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode  # noqa: E402
 from hf_specdec.costs import StepCosts  # noqa: E402
-from hf_specdec.policy import Schedule  # noqa: E402
-
-
-class _Timed(Schedule):
-    timed = True  # a fixed shape's steps timed as the default's are
-
-
-class _TimedTree(TreeDraftPolicy):
-    def start(self, batch_size, device, **call):
-        return _Timed(self, batch_size, device)
 
 
 def main() -> None:
@@ -54,7 +44,7 @@ def main() -> None:
         return record(self, kind, depth, width, draft_ms, verify_ms)
 
     StepCosts.record = hear
-    tree = lambda k, d, n: _TimedTree(top_k=k, max_depth=d, max_nodes=n)  # noqa: E731
+    tree = lambda k, d, n: _Tree(top_k=k, max_depth=d, max_nodes=n)  # noqa: E731
     passes = [("default", None), ("tree 4/3/8", tree(4, 3, 8)), ("tree 4/6/32", tree(4, 6, 32)),
               ("tree 4/3/8 again", tree(4, 3, 8))]
     target.generate(**groups[0], max_new_tokens=args.new_tokens, do_sample=False, drafter=drafter)  # warm-up
@@ -74,9 +64,7 @@ def main() -> None:
                        "steps": {key: len(ms) for key, ms in sorted(steps.items())}})
         print(json.dumps(result[-1]), flush=True)
     if args.out:
-        args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "commit": bench.commit(),
-                                        "machine": bench.machine(), "command": " ".join(sys.argv),
-                                        "passes": result}, indent=1) + "\n")
+        args.out.write_text(json.dumps({**bench.provenance(), "passes": result}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
