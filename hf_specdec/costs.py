@@ -15,23 +15,22 @@ from collections import deque
 
 import torch
 
-#: Steps remembered per (part, kind, size) and needed to trust their median; verifications the pace is a median of.
-SAMPLES, TRUSTED, PACE = 15, 3, 5
+#: Steps remembered per (part, kind, size), and needed to trust their median (which a few slow steps do not move).
+SAMPLES, TRUSTED = 15, 3
 CALLS, FADE = 16, 0.99  # calls whose acceptance a setting remembers; the share of a shape's delivery kept per step
 
 
 class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
     for chains (a plain step is a chain of 0) and trees, and what its recent calls accepted (`accepted`, `ranks`). A
-    size's first step is no sample; a size is priced by the median of its latest SAMPLES steps, each over the machine's
-    `pace` then (under TRUSTED: at most what the trusted sizes say), others by `_curve` up to twice the widest (pinned:
-    not beyond), at the present pace. `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs instead."""
+    size's first step is no sample; a size is priced by the median of its latest SAMPLES steps (under TRUSTED: at most
+    what the trusted sizes say), others by `_curve` up to twice the widest (pinned: not beyond). `StepCosts(verify_ms=
+    {1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs, ignoring what calls measure (the default then decides alike anywhere)."""
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
         self.pinned, self._lock = verify_ms is not None, threading.Lock()  # pinned: `record`, `remember` change nothing
         self._samples, self._medians = {}, {}  # (part, kind, size) -> its latest steps' ms; -> (trusted, their median)
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
-        self.pace, self._paces = 1.0, deque(maxlen=PACE)  # the present pace; recent verifications' time over price
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks, self.odds = (), None  # the last call's tree children by rank; drafts by band (`policy.odds_by_band`)
         self.delivered: dict = {}  # Shape -> (tokens committed, tokens expected) per row, fading; its step count
@@ -46,14 +45,11 @@ class StepCosts:
         if self.pinned:
             return
         with self._lock:
-            if (price := self._medians.get(("verify", kind, width), (False, 0.0)))[0] and price[1] > 0:  # trusted:
-                self._paces.append(verify_ms / price[1])  # the pace first, so a shape that runs alone keeps its price
-                self.pace = statistics.median(self._paces)
             for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
                 if key[2] and key not in self._samples:
                     self._samples[key] = deque(maxlen=SAMPLES)  # (a size's first step warms kernels: no sample)
                 elif key[2]:
-                    (samples := self._samples[key]).append(ms / self.pace)
+                    (samples := self._samples[key]).append(ms)
                     self._medians[key] = (len(samples) >= TRUSTED, statistics.median(samples))  # only what changed
             trusted = {key: ms for key, (sure, ms) in self._medians.items() if sure}  # a size with fewer samples: by
             self._median = {key: ms if sure else min(ms, _curve(trusted, *key) or ms)  # them, never above what the
@@ -81,11 +77,11 @@ class StepCosts:
         table = self._median
         verify = _curve(table, "verify", kind, width, reach=1 if self.pinned else 2)
         draft = _curve(table, "draft", kind, depth) if depth else 0.0
-        return None if verify is None else (verify + draft) * self.pace
+        return None if verify is None else verify + draft
 
     def measured(self) -> dict[tuple, float]:
-        """{(part, kind, size): ms} of everything measured (or pinned) so far, at the present pace."""
-        return {key: ms * self.pace for key, ms in self._median.items()}
+        """{(part, kind, size): ms} of everything measured (or pinned) so far."""
+        return dict(self._median)
 
 
 def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> float | None:

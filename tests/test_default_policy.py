@@ -544,24 +544,6 @@ def test_a_size_with_few_samples_is_priced_by_them_but_never_above_what_the_trus
     assert costs.estimate(Shape(0, 3, 3)) == pytest.approx(24.0 + 3.0)
 
 
-def test_a_slow_stretch_moves_every_shape_price_not_only_those_that_ran_in_it():
-    costs = StepCosts()
-    _ran(costs, "chain", 0, 1, 0.0, 20.0)
-    _ran(costs, "chain", 2, 3, 4.0, 26.0)  # a chain of 2: 30 ms, 1.5 plain steps
-    for _ in range(6):  # the machine slows by half: only plain steps run in it
-        costs.record("chain", 0, 1, 0.0, 30.0)
-    assert costs.pace == pytest.approx(1.5)
-    assert costs.estimate(None) == pytest.approx(30.0)
-    assert costs.estimate(Shape(0, 2, 2)) == pytest.approx(45.0)  # still 1.5 plain steps (unpaced: 30, as one)
-    for _ in range(6):  # back to speed, and the chain of 2 runs: its samples are taken over the present pace
-        costs.record("chain", 2, 3, 4.0, 26.0)
-    assert costs.pace == pytest.approx(1.0)
-    assert costs.estimate(Shape(0, 2, 2)) / costs.estimate(None) == pytest.approx(1.5)
-    pinned = StepCosts(verify_ms={1: 20.0, 3: 26.0}, draft_ms=2.0)
-    pinned.record("chain", 0, 1, 0.0, 99.0)
-    assert pinned.pace == 1.0 and pinned.estimate(Shape(0, 2, 2)) == 30.0
-
-
 def test_a_draft_nobody_accepts_never_pays_however_cheap_a_wider_forward_measured():
     costs = StepCosts()
     for _ in range(4):
