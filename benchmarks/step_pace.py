@@ -2,8 +2,8 @@
 another shape: SmolLM2-135M-Instruct (bf16) with the shipped head on held-out chat prompts, greedy, batch 1, in rounds
 of three passes: fixed tree 4/3/8, fixed chains of 2, and steps alternating between the two. Per round and pass: the
 median verification of each shape; over the alternating passes: how the two shapes' neighbouring steps move together
-(the correlation of their log times, step by step and as 10-step means). The default's step costs
-(`hf_specdec.costs`) keep each sample over the machine's pace on the assumption that shapes move alike.
+(the correlation of their log times, step by step and as 10-step means): whether a step cost could be read relative
+to the machine's present pace (tried and not kept: docs/results.md, "Step costs read at the machine's pace").
 
 Run from the repo root with one core and one thread, the other core idle:
     nice -n -15 taskset -c 0 python benchmarks/step_pace.py --out benchmarks/data/step_pace_zen4.json
