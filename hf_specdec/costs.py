@@ -76,8 +76,7 @@ class StepCosts:
         width, depth = (1, 0) if shape is None else (shape.width, shape.depth)
         table = self._median
         verify = _curve(table, "verify", kind, width, reach=1 if self.pinned else 2)
-        draft = _curve(table, "draft", kind, depth) if depth else 0.0
-        return None if verify is None else verify + draft
+        return None if verify is None else verify + (_curve(table, "draft", kind, depth) if depth else 0.0)
 
     def measured(self) -> dict[tuple, float]:
         """{(part, kind, size): ms} of everything measured (or pinned) so far."""
@@ -86,13 +85,11 @@ class StepCosts:
 
 def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> float | None:
     """The `part` cost of `kind` at `size` from the measured points: between two linearly, beyond the widest as the
-    widest (`_line`); a chain's widths no less than a plain step (a draft nobody accepts never looks free); drafting at
-    the cheapest measured ms per level; a tree's verification as a chain's of its width plus the median difference its
-    measured widths showed (nothing measured: no difference)."""
-    floor = table.get(("verify", "chain", 1), 0.0)
-    chains = {key[2]: max(ms, floor) for key, ms in table.items() if key[:2] == ("verify", "chain")}
+    widest (`_line`); drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width
+    plus the median difference its measured widths showed (nothing measured: no difference)."""
     points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
-    points = chains if (part, kind) == ("verify", "chain") else points
+    if part == "verify" and kind == "chain":
+        points = _never_cheaper(points)
     if size in points:
         return points[size]
     if part == "draft":  # levels cost alike: the cheapest measured level's ms (a tree's from the chains' until measured)
@@ -103,9 +100,15 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
         return None
     if kind == "chain":  # (its points are the floored chain curve already)
         return _line(points, size)
+    chains = _never_cheaper({key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")})
     base = _line(chains, size)
     offsets = [ms - _line(chains, width) for width, ms in points.items()] if base is not None else []
     return base + max(0.0, statistics.median(offsets)) if offsets else base
+
+
+def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
+    """The measured widths' costs, none below the plain step's (width 1): a draft nobody accepts never looks free."""
+    return {width: max(ms, points.get(1, 0.0)) for width, ms in points.items()}
 
 
 def _line(points: dict[int, float], size: int) -> float | None:
