@@ -27,23 +27,35 @@ from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode  # noqa: E402
 from hf_specdec.costs import StepCosts  # noqa: E402
 
 
+def head_setting(num_prompts: int) -> tuple:
+    """(target, drafter, one-row input batches): SmolLM2 in bf16 with the shipped head on held-out chat prompts, one
+    torch thread."""
+    torch.set_num_threads(1)
+    target, tokenizer, drafter = bench.load("bfloat16", "head")
+    return target, drafter, batches(encode(tokenizer, CHAT_PROMPTS[:num_prompts]), 1, tokenizer.pad_token_id)
+
+
+def listen() -> list[tuple]:
+    """A list that hears every step the loop records from now on, as the default's step costs do: (kind, depth, width,
+    draft ms, verify ms, when)."""
+    heard, record = [], StepCosts.record
+
+    def hear(self, kind, depth, width, draft_ms, verify_ms):
+        heard.append((kind, depth, width, draft_ms, verify_ms, time.perf_counter()))
+        return record(self, kind, depth, width, draft_ms, verify_ms)
+
+    StepCosts.record = hear
+    return heard
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-prompts", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    target, tokenizer, drafter = bench.load("bfloat16", "head")
-    groups = batches(encode(tokenizer, CHAT_PROMPTS[: args.num_prompts]), 1, tokenizer.pad_token_id)
-    heard = []
-    record = StepCosts.record
-
-    def hear(self, kind, depth, width, draft_ms, verify_ms):
-        heard.append((kind, depth, width, draft_ms, verify_ms))
-        return record(self, kind, depth, width, draft_ms, verify_ms)
-
-    StepCosts.record = hear
+    target, drafter, groups = head_setting(args.num_prompts)
+    heard = listen()
     tree = lambda k, d, n: _Tree(top_k=k, max_depth=d, max_nodes=n)  # noqa: E731
     passes = [("default", None), ("tree 4/3/8", tree(4, 3, 8)), ("tree 4/6/32", tree(4, 6, 32)),
               ("tree 4/3/8 again", tree(4, 3, 8))]
@@ -56,7 +68,7 @@ def main() -> None:
             start = time.perf_counter()
             target.generate(**inputs, max_new_tokens=args.new_tokens, do_sample=False, drafter=drafter, gamma=gamma)
             wall += time.perf_counter() - start
-            for kind, depth, width, draft_ms, verify_ms in heard:
+            for kind, depth, width, draft_ms, verify_ms, _ in heard:
                 steps[f"verify {kind} {width}"].append(verify_ms)
                 steps[f"draft {kind} {depth}"].append(draft_ms)
         medians = {key: round(statistics.median(ms), 1) for key, ms in sorted(steps.items()) if len(ms) >= 3}

@@ -16,7 +16,6 @@ import json
 import math
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import default_vs_best as bench  # noqa: E402
 from replay_default import _Chain, _Tree  # noqa: E402  (fixed shapes whose steps the loop times)
+from step_costs_in_process import head_setting, listen  # noqa: E402
 
 from hf_specdec import DraftPolicy, TreeDraftPolicy  # noqa: E402
-from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode  # noqa: E402
-from hf_specdec.costs import StepCosts  # noqa: E402
 from hf_specdec.policy import Schedule  # noqa: E402
 
 TREE = dict(top_k=4, max_depth=3, max_nodes=8)
@@ -80,16 +78,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    target, tokenizer, drafter = bench.load("bfloat16", "head")
-    groups = batches(encode(tokenizer, CHAT_PROMPTS[: args.num_prompts]), 1, tokenizer.pad_token_id)
-    heard, record = [], StepCosts.record
-
-    def hear(self, kind, depth, width, draft_ms, verify_ms):
-        heard.append((kind, width, verify_ms, time.perf_counter()))
-        return record(self, kind, depth, width, draft_ms, verify_ms)
-
-    StepCosts.record = hear
+    target, drafter, groups = head_setting(args.num_prompts)
+    heard = listen()
     passes = {"tree 4/3/8": _Tree(**TREE), "chain 2": _Chain(max_gamma=2), "alternating": _Alternate(max_gamma=2)}
     target.generate(**groups[0], max_new_tokens=args.new_tokens, do_sample=False, drafter=drafter)  # warm-up
     rounds, alternating = [], []
@@ -99,7 +89,7 @@ def main() -> None:
             for inputs in groups:
                 heard.clear()
                 target.generate(**inputs, max_new_tokens=args.new_tokens, do_sample=False, drafter=drafter, gamma=gamma)
-                steps += heard
+                steps += [(kind, width, verify_ms, when) for kind, _, width, _, verify_ms, when in heard]
             alternating += steps if name == "alternating" else []
             medians = {f"verify {kind} {width}": round(statistics.median(ms for k, w, ms, _ in steps
                                                                          if (k, w) == (kind, width)), 1)
