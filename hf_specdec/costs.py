@@ -16,7 +16,7 @@ from collections import deque
 import torch
 
 #: Steps remembered per (part, kind, size), and needed to trust their median (which a few slow steps do not move).
-SAMPLES, TRUSTED, AGE = 15, 3, 64
+SAMPLES, TRUSTED = 15, 3
 CALLS, FADE = 16, 0.99  # calls whose acceptance a setting remembers; the share of a shape's delivery kept per step
 
 
@@ -29,7 +29,7 @@ class StepCosts:
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
         self.pinned, self._lock = verify_ms is not None, threading.Lock()  # pinned: `record`, `remember` change nothing
-        self._samples, self._medians, self._step = {}, {}, 0  # (part, kind, size) -> its latest steps' ms; -> (trusted, their median)
+        self._samples, self._medians = {}, {}  # (part, kind, size) -> its latest steps' ms; -> (trusted, their median)
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks, self.odds = (), None  # the last call's tree children by rank; drafts by band (`policy.odds_by_band`)
@@ -45,20 +45,12 @@ class StepCosts:
         if self.pinned:
             return
         with self._lock:
-            self._step, heard = self._step + 1, set()
             for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
                 if key[2] and key not in self._samples:
                     self._samples[key] = deque(maxlen=SAMPLES)  # (a size's first step warms kernels: no sample)
                 elif key[2]:
-                    self._samples[key].append((self._step, ms))
-                    heard.add(key)
-            for key, samples in self._samples.items():  # a price older than AGE steps expires: the machine moved on
-                while samples and samples[0][0] <= self._step - AGE:
-                    samples.popleft(), heard.add(key)
-            for key in heard:  # only what changed
-                samples = [ms for _, ms in self._samples[key]]
-                self._medians[key] = (len(samples) >= TRUSTED, statistics.median(samples)) if samples else None
-            self._medians = {key: sure_ms for key, sure_ms in self._medians.items() if sure_ms}
+                    (samples := self._samples[key]).append(ms)
+                    self._medians[key] = (len(samples) >= TRUSTED, statistics.median(samples))  # only what changed
             trusted = {key: ms for key, (sure, ms) in self._medians.items() if sure}  # a size with fewer samples: by
             self._median = {key: ms if sure else min(ms, _curve(trusted, *key) or ms)  # them, never above what the
                             for key, (sure, ms) in self._medians.items()}  # trusted say (replaced whole)
