@@ -10,7 +10,6 @@ Run from the repo root with one core and one thread:
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import sys
@@ -18,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_costs_in_process import head_setting  # noqa: E402
+from step_costs_in_process import head_parser, head_setting  # noqa: E402
 
 from hf_specdec import policy  # noqa: E402
 
@@ -46,11 +45,7 @@ def traced() -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-prompts", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = head_parser(__doc__).parse_args()
     target, drafter, groups = head_setting(args.num_prompts)
     steps, calls = traced(), []
     kwargs = dict(max_new_tokens=args.new_tokens, do_sample=False, drafter=drafter)

@@ -27,6 +27,15 @@ from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode  # noqa: E402
 from hf_specdec.costs import StepCosts  # noqa: E402
 
 
+def head_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every script timing this setting takes: prompts, new tokens a call, where to write."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--num-prompts", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--out", type=Path)
+    return parser
+
+
 def head_setting(num_prompts: int) -> tuple:
     """(target, drafter, one-row input batches): SmolLM2 in bf16 with the shipped head on held-out chat prompts, one
     torch thread."""
@@ -49,11 +58,7 @@ def listen() -> list[tuple]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-prompts", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = head_parser(__doc__).parse_args()
     target, drafter, groups = head_setting(args.num_prompts)
     heard = listen()
     tree = lambda k, d, n: _Tree(top_k=k, max_depth=d, max_nodes=n)  # noqa: E731

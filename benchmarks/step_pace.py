@@ -11,7 +11,6 @@ Run from the repo root with one core and one thread, the other core idle:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -24,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import default_vs_best as bench  # noqa: E402
 from replay_default import _Chain, _Tree  # noqa: E402  (fixed shapes whose steps the loop times)
-from step_costs_in_process import head_setting, listen  # noqa: E402
+from step_costs_in_process import head_parser, head_setting, listen  # noqa: E402
 
 from hf_specdec import DraftPolicy, TreeDraftPolicy  # noqa: E402
 from hf_specdec.policy import Schedule  # noqa: E402
@@ -72,11 +71,8 @@ def neighbours(steps: list[tuple]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-prompts", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=48)
+    parser = head_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     target, drafter, groups = head_setting(args.num_prompts)
     heard = listen()
