@@ -84,19 +84,26 @@ class StepCosts:
 
 
 def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> float | None:
-    """The `part` cost of `kind` at `size` from the measured points. Verifying: one curve over the widths, chains' and
-    trees' alike (`kind`'s own where both were measured), never below the plain step's, linear between two measured
-    widths and beyond the widest as the widest (`_line`). Drafting: at the cheapest measured ms per level of `kind`
-    (a tree's from the chains' until measured)."""
-    if part == "draft":  # levels cost alike: the cheapest measured level's ms
-        points = {key[2]: ms for key, ms in table.items() if key[:2] == ("draft", kind)}
+    """The `part` cost of `kind` at `size` from the measured points: between two linearly, beyond the widest as the
+    widest (`_line`); drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width
+    plus the median difference its measured widths showed (nothing measured: no difference)."""
+    points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
+    if part == "verify" and kind == "chain":
+        points = _never_cheaper(points)
+    if size in points:
+        return points[size]
+    if part == "draft":  # levels cost alike: the cheapest measured level's ms (a tree's from the chains' until measured)
         points = points or {key[2]: ms for key, ms in table.items() if key[:2] == ("draft", "chain")}
         return min((ms / level for level, ms in points.items()), default=0.0) * size
-    ordered = sorted((key[1] == kind, key[2], ms) for key, ms in table.items() if key[0] == "verify")
-    points = _never_cheaper({width: ms for _, width, ms in ordered})
-    if reach and size > reach * max(points, default=0):
+    widest = max((key[2] for key in table if key[0] == "verify"), default=0)
+    if reach and size > reach * widest:
         return None
-    return _line(points, size)
+    if kind == "chain":  # (its points are the floored chain curve already)
+        return _line(points, size)
+    chains = _never_cheaper({key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")})
+    base = _line(chains, size)
+    offsets = [ms - _line(chains, width) for width, ms in points.items()] if base is not None else []
+    return base + max(0.0, statistics.median(offsets)) if offsets else base
 
 
 def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
