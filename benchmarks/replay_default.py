@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,7 +40,7 @@ import default_vs_best as bench  # noqa: E402
 
 from hf_specdec import CostAwareDraftPolicy, DraftPolicy, TreeDraftPolicy  # noqa: E402
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode  # noqa: E402
-from hf_specdec.costs import StepCosts, _curve, costs_for  # noqa: E402
+from hf_specdec.costs import StepCosts, costs_for  # noqa: E402
 from hf_specdec.policy import TREE_MENU, Schedule, Shape  # noqa: E402
 
 CHAIN = 6  # the longest chain recorded; a chain of d accepts min(its accepted, d)
@@ -216,13 +217,31 @@ def _step(prompt: dict, state: int, shape: Shape | None, min_confidence: float =
     return shape.depth, min(accepted, room), outcomes
 
 
-def _fixed_ms(prompt: dict, shape: Shape | None, table: StepCosts) -> float:
+def _fixed_ms(prompt: dict, shape: Shape | None, table: Truth) -> float:
     state, ms = 1, prompt["prefill_ms"]
     while state < prompt["tokens"]:
         drafts, accepted, _ = _step(prompt, state, shape)
         ms += table.estimate(None if not drafts else shape if shape.top_k else Shape(0, drafts, drafts))
         state += accepted + 1
     return ms
+
+
+class Truth:
+    """A recording's step costs, what every replayed step takes: each (part, kind, size) as measured, other sizes
+    linear between the kind's measured ones and beyond them as the nearest (a tree's from the chains' if none)."""
+
+    def __init__(self, costs: list):
+        self.table = {tuple(entry[:3]): entry[3] for entry in costs}
+
+    def part(self, part: str, kind: str, size: int) -> float:
+        points = {key[2]: ms for key, ms in self.table.items() if key[:2] == (part, kind)} or {
+            key[2]: ms for key, ms in self.table.items() if key[:2] == (part, "chain")}
+        return float(numpy.interp(size, sorted(points), [points[k] for k in sorted(points)])) if size else 0.0
+
+    def estimate(self, shape) -> float:
+        kind = "tree" if shape is not None and shape.top_k else "chain"
+        width, depth = (1, 0) if shape is None else (shape.width, shape.depth)
+        return self.part("verify", kind, width) + self.part("draft", kind, depth)
 
 
 class Noise:
@@ -238,7 +257,7 @@ class Noise:
         return (self.slow if self.slowed else 1.0) * self.random.lognormvariate(0.0, self.sigma)
 
 
-def _default_ms(prompt: dict, policy, costs: StepCosts, table: StepCosts, noise: Noise | None, shapes: dict,
+def _default_ms(prompt: dict, policy, costs: StepCosts, table: Truth, noise: Noise | None, shapes: dict,
                 path_stop: bool = True) -> float:
     """One call of the default on `prompt`: the loop's conversation with its schedule, each step priced by `table`;
     `costs` (the setting's, across calls) hears each step's cost, times `noise`'s factor (`path_stop` False: as for a
@@ -262,7 +281,7 @@ def _default_ms(prompt: dict, policy, costs: StepCosts, table: StepCosts, noise:
         if shape is None or drafted:  # (a call's first draft prices no shape)
             kind, depth = ("tree", shape.depth) if shape and shape.top_k else ("chain", shape.depth if shape else 0)
             width = 1 if shape is None else shape.width
-            draft = _curve(table.measured(), "draft", kind, depth) if depth else 0.0
+            draft = table.part("draft", kind, depth)
             factor = noise.factor() if noise else 1.0
             costs.record(kind, depth, width, draft * factor, (step_ms - draft) * factor)
         drafted = drafted or shape is not None
@@ -283,8 +302,7 @@ def replay(data: dict, policy=None, processes: int = 1, noise: tuple[float, floa
     """Each process: fresh costs, a warm-up call on prompt 0, then every prompt once: per prompt the default's and each
     fixed shape's ms; the ratios over processes as the bench pools them (median over prompt calls)."""
     policy = policy or CostAwareDraftPolicy()
-    table = StepCosts()
-    table._median = {tuple(entry[:3]): entry[3] for entry in data["costs"]}  # the measured medians, as the loop's
+    table = Truth(data["costs"])
     fixed = {"plain": None, **{name: Shape(0, g, g) if isinstance(g, int) else Shape(g.top_k, g.max_depth, g.max_nodes)
                                for name, g in bench.FIXED.items()  # the bench's fixed shapes (that were recorded)
                                if isinstance(g, int) or f"tree {g.top_k}/{g.max_depth}/{g.max_nodes}" in
