@@ -231,12 +231,14 @@ class Truth:
     linear between the kind's measured ones and beyond them as the nearest (a tree's from the chains' if none)."""
 
     def __init__(self, costs: list):
-        self.table = {tuple(entry[:3]): entry[3] for entry in costs}
+        points: dict[tuple, dict[int, float]] = {}
+        for part, kind, size, ms in costs:
+            points.setdefault((part, kind), {})[size] = ms
+        self.curves = {key: (sorted(sizes), [sizes[s] for s in sorted(sizes)]) for key, sizes in points.items()}
 
     def part(self, part: str, kind: str, size: int) -> float:
-        points = {key[2]: ms for key, ms in self.table.items() if key[:2] == (part, kind)} or {
-            key[2]: ms for key, ms in self.table.items() if key[:2] == (part, "chain")}
-        return float(numpy.interp(size, sorted(points), [points[k] for k in sorted(points)])) if size else 0.0
+        sizes, ms = self.curves.get((part, kind)) or self.curves[(part, "chain")]
+        return float(numpy.interp(size, sizes, ms)) if size else 0.0
 
     def estimate(self, shape) -> float:
         kind = "tree" if shape is not None and shape.top_k else "chain"
