@@ -16,21 +16,14 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hf_specdec  # noqa: E402
-from default_vs_best import load, provenance  # noqa: E402
+from default_vs_best import load, provenance, timed  # noqa: E402
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode  # noqa: E402
-
-
-def seconds(call) -> float:
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -53,9 +46,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for inputs in groups:
             stats = hf_specdec.SpeculativeStats()
-            before = seconds(lambda: target.generate(**inputs, **kwargs))
-            default = seconds(lambda: target.generate(**inputs, drafter=drafter, stats=stats, **kwargs))
-            after = seconds(lambda: target.generate(**inputs, **kwargs))
+            before, _ = timed(lambda: target.generate(**inputs, **kwargs))
+            default, _ = timed(lambda: target.generate(**inputs, drafter=drafter, stats=stats, **kwargs))
+            after, _ = timed(lambda: target.generate(**inputs, **kwargs))
             calls.append({"time_over_plain": 2 * default / (before + after), "drafted": int(stats.drafted.sum()),
                           "drafter_forwards": stats.drafter_forwards})
             print(calls[-1], flush=True)
