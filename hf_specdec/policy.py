@@ -245,7 +245,7 @@ class AdaptiveSchedule(Schedule):
         for rank, (hits, trials) in enumerate(costs.ranks[: self.max_rank]):  # the last call's
             self.rank_hits[rank], self.rank_trials[rank] = hits, trials
         self._rows = torch.ones(batch_size, dtype=torch.bool)  # the rows the last plan was made for
-        # _left -1: no plan yet; _stale: whether what was heard since the plan asks for a new one
+        # _left -1: no plan yet; _stale: whether what was heard since the plan asks for a new one (the prefill: plain)
         self.steps, self._tree, self._left, self._depth, self._evidence_at, self._stale = 0, None, -1, 0, 0, False
         self._drafted, self._tried_at = 0, [0] * (self.max_depth - 1)  # drafting steps; the last to draft depths 2..
         self._planned = (None, None)  # the shape the next step calibrates, and the acceptance it was planned on
@@ -253,7 +253,6 @@ class AdaptiveSchedule(Schedule):
         self._odds, self._scored = torch.zeros(3, BANDS).double() if costs.odds is None else costs.odds, False
         # A setting's first calls read the prompt, later ones its record; `_read`: (hits, positions) the prompt said.
         self.wants_prior, self._read = not costs.accepted, None
-        self._stale = not self.wants_prior  # the prefill drafts on the record's plan; a prompt to read: plain
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
         """Each row's agreement with the target on its prompt ([batch]; NaN: none) over `positions` tokens, worth as many

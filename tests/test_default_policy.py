@@ -144,18 +144,6 @@ def _measured():
     return costs
 
 
-def test_a_setting_with_a_record_drafts_at_the_prefill():
-    """A fixed shape drafts on the prefill's forward (a token or more for free); the default does too once its
-    setting's record says drafting pays, and stays plain there where it does not, or where a prompt is still to read."""
-    right, wrong = _measured(), _measured()
-    for _ in range(3):
-        right.remember(((16.0, 20.0),), ())
-        wrong.remember(((0.0, 20.0),), ())
-    assert _depth(_schedule(right)) > 0
-    assert _depth(_schedule(wrong, exploration=0.0)) == 0 and _depth(_schedule(wrong)) == 0
-    assert _depth(_schedule(_measured())) == 0  # no record: the prefill reads the prompt first
-
-
 def test_a_setting_remembers_its_calls_and_later_calls_start_there_without_reading_the_prompt():
     costs = _measured()
     first = _schedule(costs)
