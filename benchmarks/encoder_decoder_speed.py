@@ -108,6 +108,24 @@ def _no_eos(model) -> None:
     model.generation_config.begin_suppress_tokens = model.generation_config.suppress_tokens = None
 
 
+def prepare(models, dtype: torch.dtype, pack_min_rows: int | None) -> None:
+    """Casts each model to `dtype`, turns EOS off and, with `pack_min_rows`, packs its float32 linears."""
+    for model in models:
+        model.to(dtype)
+        _no_eos(model)
+        if pack_min_rows is not None:
+            hf_specdec.pack_linears(model, min_rows=pack_min_rows)
+
+
+def whisper_inputs(target, batch: int, generator: torch.Generator, dtype: torch.dtype) -> dict:
+    """generate() keywords for `batch` random 30 s inputs: the encoder's output (computed here, once) and the decoder's
+    start tokens."""
+    with torch.no_grad():
+        hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator).to(dtype)).last_hidden_state
+    return dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
+                decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch))
+
+
 def _assisted(target, drafter, config, common: dict, **extra):
     """transformers' assisted generation with `config`'s schedule (the drafter reads its own copy of it)."""
     drafter.generation_config = copy.deepcopy(config)
@@ -179,22 +197,14 @@ def main(argv=None) -> int:
     whisper = args.shape.startswith("whisper")
     args.share = args.share if args.share is not None else (0.025 if whisper else 0.1)
     target, drafter = (whisper_pair if whisper else bart_pair)(args.share)
-    for model in (target, drafter):
-        model.to(dtype)
-        _no_eos(model)
-        if args.pack_linears is not None:
-            hf_specdec.pack_linears(model, min_rows=args.pack_linears)
+    prepare((target, drafter), dtype, args.pack_linears)
     rows = []
     for batch in args.batches:
         calls = []  # each input's generate() keywords
         for seed in range(batch, batch + args.inputs):
             generator = torch.Generator().manual_seed(seed)
             if args.shape.startswith("whisper"):
-                with torch.no_grad():
-                    hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator).to(dtype))
-                    hidden = hidden.last_hidden_state
-                inputs = dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
-                              decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch))
+                inputs = whisper_inputs(target, batch, generator, dtype)
             else:
                 inputs = dict(input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
             calls.append(dict(do_sample=False, max_new_tokens=args.tokens, **inputs))

@@ -22,12 +22,11 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import GenerationMixin
-from transformers.modeling_outputs import BaseModelOutput
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from default_vs_best import load, provenance  # noqa: E402
-from encoder_decoder_speed import _no_eos, whisper_pair  # noqa: E402
-from hf_specdec import pack_linears, policy  # noqa: E402
+from encoder_decoder_speed import prepare, whisper_inputs, whisper_pair  # noqa: E402
+from hf_specdec import policy  # noqa: E402
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode, grounded_prompts  # noqa: E402
 
 DRAFTED_PREFILL = [False]  # the variant of the current call
@@ -48,18 +47,10 @@ def prefill_switch() -> None:
 def whisper_calls(dtype: torch.dtype, batch: int, tokens: int, inputs: int):
     """The Whisper-large-v3-shaped pair of encoder_decoder_speed.py and `inputs` calls' keywords (encoder output given)."""
     target, drafter = whisper_pair(0.025)
-    for model in (target, drafter):
-        model.to(dtype)
-        _no_eos(model)
-        if dtype == torch.float32:
-            pack_linears(model, min_rows=1)
-    calls = []
-    for seed in range(batch, batch + inputs):
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator).to(dtype)).last_hidden_state
-        calls.append(dict(do_sample=False, max_new_tokens=tokens, encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
-                          decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch)))
+    prepare((target, drafter), dtype, 1)  # (packs float32 weights only)
+    calls = [dict(do_sample=False, max_new_tokens=tokens,
+                  **whisper_inputs(target, batch, torch.Generator().manual_seed(seed), dtype))
+             for seed in range(batch, batch + inputs)]
     return (lambda **kw: GenerationMixin.generate(target, **kw)), drafter, calls
 
 

@@ -126,22 +126,15 @@ def _setting(args):
         return target.generate, target, drafter, groups, after
     import encoder_decoder_speed as pairs
     from transformers import GenerationMixin
-    from transformers.modeling_outputs import BaseModelOutput
 
     import hf_specdec
     target, model = pairs.whisper_pair(0.025)
-    for each in (target, model):
-        pairs._no_eos(each)
-        hf_specdec.pack_linears(each, min_rows=1)
-    groups, start = [], [50258, 50259, 50360, 50364]
-    for seed in range(1, args.num_prompts + 1):
-        with torch.no_grad():
-            features = torch.randn(1, 128, 3000, generator=torch.Generator().manual_seed(seed))
-            hidden = target.get_encoder()(features).last_hidden_state
-        groups.append(dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
-                           decoder_input_ids=torch.tensor([start])))
+    pairs.prepare((target, model), torch.float32, 1)
+    groups = [pairs.whisper_inputs(target, 1, torch.Generator().manual_seed(seed), torch.float32)
+              for seed in range(1, args.num_prompts + 1)]
 
     def after(inputs, tokens):
+        start = inputs["decoder_input_ids"][0].tolist()
         return dict(encoder_outputs=inputs["encoder_outputs"], decoder_input_ids=torch.tensor([start + tokens]))
     return (functools.partial(GenerationMixin.generate, target), target, hf_specdec.drafters.ModelDrafter(model),
             groups, after)
