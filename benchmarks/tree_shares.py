@@ -22,20 +22,28 @@ from step_costs_in_process import head_parser, head_setting  # noqa: E402
 
 import hf_specdec.steps  # noqa: E402
 from hf_specdec import SpeculativeStats  # noqa: E402
-from hf_specdec.policy import Shape, TreeDraftPolicy, expected_tokens  # noqa: E402
+from hf_specdec.costs import StepCosts  # noqa: E402
+from hf_specdec.policy import CostAwareDraftPolicy, Shape, TreeDraftPolicy, expected_tokens  # noqa: E402
 
 TREES = ((4, 3, 8), (4, 4, 16))
-PRIOR_RANKS = [0.15, 0.08, 0.05]  # `AdaptiveSchedule.ranks`' start
+DEPTH, RANKS = max(depth for _, depth, _ in TREES), max(top_k for top_k, _, _ in TREES)
+
+
+def prior_ranks() -> list[float]:
+    """The default's tree ranks before any tree step: a fresh schedule's `ranks()`."""
+    pinned = StepCosts(verify_ms={1: 1.0})  # (no record: the schedule starts from its prior)
+    return CostAwareDraftPolicy().start(1, torch.device("cpu"), costs=pinned, trees=True).ranks()[: RANKS - 1]
 
 
 def counting() -> dict:
     """{"trials", "hits"}: [depth, rank] sums over every tree verification in this process from now on."""
-    sums, outcomes = {"trials": torch.zeros(8, 4).double(), "hits": torch.zeros(8, 4).double()}, hf_specdec.steps.tree_outcomes
+    sums = {"trials": torch.zeros(DEPTH, RANKS).double(), "hits": torch.zeros(DEPTH, RANKS).double()}
+    outcomes = hf_specdec.steps.tree_outcomes
 
     def heard(*args, **kwargs):
         trials, hits = outcomes(*args, **kwargs)  # [batch, depth, rank] each
         for key, counts in (("trials", trials), ("hits", hits)):  # (the path's columns past the tree's depth: 0)
-            depth, ranks = min(counts.shape[1], 8), counts.shape[2]
+            depth, ranks = min(counts.shape[1], DEPTH), counts.shape[2]
             sums[key][:depth, :ranks] += counts[:, :depth].sum(dim=0)
         return trials, hits
 
@@ -57,10 +65,11 @@ def main() -> None:
                             gamma=TreeDraftPolicy(top_k=top_k, max_depth=depth, max_nodes=nodes))
         trials, hits = sums["trials"][:depth], sums["hits"][:depth]
         shares = hits / trials.clamp(min=1)  # [depth, rank]
-        alphas = [shares[:, 0].tolist() + [shares[-1, 0].item()] * (max(d for _, d, _ in TREES) - depth)]
+        alphas = [shares[:, 0].tolist() + [shares[-1, 0].item()] * (DEPTH - depth)]
         pooled = (hits[:, 1:].sum(dim=0) / trials[:, 1:].sum(dim=0).clamp(min=1)).tolist()
-        model = {name: {f"{k}/{d}/{n}": round(expected_tokens(alphas, ranks, Shape(k, d, n))[0], 2) for k, d, n in TREES}
-                 for name, ranks in (("measured ranks", pooled), ("prior ranks", PRIOR_RANKS))}
+        model = {name: {f"{k}/{d}/{n}": round(expected_tokens(alphas, ranks, Shape(k, d, n))[0], 2)
+                        for k, d, n in TREES}
+                 for name, ranks in (("measured ranks", pooled), ("prior ranks", prior_ranks()))}
         result.append({"tree": f"{top_k}/{depth}/{nodes}",
                        "tokens_per_forward": round(int(stats.emitted.sum()) / stats.target_forwards, 2),
                        "shares": [[round(x, 3) for x in row] for row in shares.tolist()],
