@@ -761,3 +761,39 @@ def test_a_calls_first_drafting_step_prices_no_shape(target, partial_drafter, mo
                     gamma=Timed(max_gamma=2))
     drafting = [ms for depth, ms in recorded if depth]
     assert slept and drafting and max(drafting) < 300, recorded
+
+
+def test_a_tree_step_is_priced_by_the_levels_it_drafted_not_by_its_deepest_kept_node(target, partial_drafter,
+                                                                                      monkeypatch):
+    """A tree drafts `max_depth` levels and keeps its `max_nodes` best nodes, which may all lie higher up: its drafting
+    time is a sample of that many levels (else a 4-level tree whose kept nodes end at depth 3 prices tree 4/3/8)."""
+    from dataclasses import dataclass
+
+    from hf_specdec.policy import Schedule
+
+    class TimedSchedule(Schedule):
+        timed = True  # as the default's: the loop records its steps
+
+    @dataclass(frozen=True, kw_only=True)
+    class Timed(TreeDraftPolicy):
+        def start(self, batch_size, device, **call):
+            return TimedSchedule(self, batch_size, device)
+
+    recorded, forwards, forward = [], [0], partial_drafter.forward
+
+    def counted(*args, **kwargs):  # one drafter forward a level
+        forwards[0] += 1
+        return forward(*args, **kwargs)
+
+    def record(self, kind, depth, width, draft_ms, verify_ms):  # the step before's levels: the forwards since
+        recorded.append((kind, depth, width, forwards[0]))
+        forwards[0] = 0
+
+    monkeypatch.setattr(StepCosts, "record", record)
+    monkeypatch.setattr(partial_drafter, "forward", counted)
+    input_ids, mask = tiny_models.prompts(1, seed=5)
+    target.generate(input_ids, attention_mask=mask, max_new_tokens=24, do_sample=False, drafter=partial_drafter,
+                    gamma=Timed(top_k=4, max_depth=4, max_nodes=6))
+    trees = [(depth, levels) for kind, depth, width, levels in recorded[1:] if kind == "tree"]  # (the first: the prefill's too)
+    assert trees and all(depth == levels for depth, levels in trees), recorded
+    assert any(depth == 4 for depth, _ in trees)
