@@ -203,8 +203,9 @@ def speculative_decode(
                                                   generation_config.temperature if do_sample else 1.0))
         timed = None
         if not prefill and schedule.timed and (drafted or not fed_drafts):  # (a call's first draft prices no shape)
-            kind = "tree" if step.nodes is not None else "chain"  # depth: the levels drafted (a tree's kept nodes
-            depth = min(tree.max_depth, int(room[active].max())) if kind == "tree" else step.width - 1  # may end higher)
+            # depth: the levels drafted (a tree drafts every level its rows have room for; its kept nodes may end higher)
+            kind = "tree" if step.nodes is not None else "chain"
+            depth = min(tree.max_depth, int(room[active].max())) if kind == "tree" else step.width - 1
             if kind == "chain" or depth:  # (a tree of the root alone, where no row had room, prices no shape)
                 timed = (kind, depth, step.width, len(lens), (step.drafted_at - started) * 1e3, step.drafted_at)
         prefill, drafted = False, drafted or fed_drafts

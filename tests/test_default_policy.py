@@ -2,6 +2,7 @@
 the call's own acceptance moves it, the measured costs price each shape, and an optimism bonus keeps probing."""
 
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ import torch
 import tiny_models
 from hf_specdec.costs import StepCosts, reset_costs
 from hf_specdec.policy import (
-    MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Shape, TreeDraftPolicy, best_shape, expected_tokens,
+    MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Schedule, Shape, TreeDraftPolicy, best_shape, expected_tokens,
     odds_by_band, record_evidence,
 )
 from hf_specdec.tree import tree_outcomes
@@ -39,6 +40,12 @@ def _ran(costs, kind, depth, width, draft_ms, verify_ms):
     costs.record(kind, depth, width, 10 * draft_ms, 10 * verify_ms)
     for _ in range(3):
         costs.record(kind, depth, width, draft_ms, verify_ms)
+
+
+class TimedSchedule(Schedule):
+    """A fixed policy's schedule whose steps the loop records, as the default's are."""
+
+    timed = True
 
 
 def _depth(schedule) -> int:
@@ -728,12 +735,8 @@ def test_a_calls_first_drafting_step_prices_no_shape(target, partial_drafter, mo
     """The drafter's first forward in a call also reads the prompt (at the Whisper shape, its cross-attention over the
     audio: a chain of 3 in 145-228 ms, 45-48 ms later): that step's time is no sample of the shape it drafted."""
     import time
-    from dataclasses import dataclass
 
-    from hf_specdec.policy import DraftPolicy, Schedule
-
-    class TimedSchedule(Schedule):
-        timed = True  # as the default's: the loop records its steps
+    from hf_specdec.policy import DraftPolicy
 
     @dataclass(frozen=True, kw_only=True)
     class Timed(DraftPolicy):  # a plain prefill, then chains of 2 (as the default's calls after a setting's first)
@@ -767,13 +770,6 @@ def test_a_tree_step_is_priced_by_the_levels_it_drafted_not_by_its_deepest_kept_
                                                                                       monkeypatch):
     """A tree drafts `max_depth` levels and keeps its `max_nodes` best nodes, which may all lie higher up: its drafting
     time is a sample of that many levels (else a 4-level tree whose kept nodes end at depth 3 prices tree 4/3/8)."""
-    from dataclasses import dataclass
-
-    from hf_specdec.policy import Schedule
-
-    class TimedSchedule(Schedule):
-        timed = True  # as the default's: the loop records its steps
-
     @dataclass(frozen=True, kw_only=True)
     class Timed(TreeDraftPolicy):
         def start(self, batch_size, device, **call):
