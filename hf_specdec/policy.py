@@ -306,7 +306,7 @@ class AdaptiveSchedule(Schedule):
                 planned, drafts = [alphas[b] for b in drafting], row_drafts[drafting]
                 got = float((accepted[drafting] + 1).double().mean())  # a tree's rank-1 path is a chain: its luck is the
                 if outcomes is not None:  # text's, so it counts what that chain promised rather than what it committed
-                    path = float(outcomes[1].cpu()[drafting, :, 0].cumprod(1).sum(1).mean())  # its accepted drafts
+                    path = float(outcomes[1].cpu()[drafting, :, 0].double().cumprod(1).sum(1).mean())  # its accepted drafts
                     got += statistics.fmean(expected_tokens(planned, [], self.menu[0], drafts)) - 1 - path
                 self.costs.deliver(shape, got, statistics.fmean(expected_tokens(planned, self.ranks(), shape, drafts)))
             fade = DECAY ** (self.steps - 1 - self._evidence_at)  # evidence fades with the steps since the last draft
