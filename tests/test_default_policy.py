@@ -304,37 +304,6 @@ def test_a_tree_that_delivers_less_than_its_model_expects_is_priced_by_what_it_d
     assert pinned.delivered == {}
 
 
-def test_a_trees_rank_1_path_is_judged_as_the_chain_it_is_so_hard_text_does_not_price_the_tree_out():
-    # A tree's rank-1 path is the chain its drafter would have drafted: where the text is hard, it fails and so would
-    # that chain. A tree step is held to its model for what its other nodes add; its rank-1 path counts what a chain
-    # of its depth promised, whatever it committed.
-    costs = StepCosts()
-    for width, verify_ms in ((1, 20.0), (2, 20.2), (7, 20.4), (9, 20.6), (17, 21.0), (33, 22.0)):
-        _ran(costs, "chain" if width < 9 else "tree", width - 1 if width < 9 else 3, width, 0.4 * (width > 1), verify_ms)
-    costs.remember(((60.0, 100.0),), ((0.0, 0.0), (40.0, 100.0)))
-
-    def tree_step(accepted: int, ranks: list[int]):
-        schedule = _schedule(costs, trees=True)
-        _step(schedule, 0, 0)
-        shape, alphas = schedule._planned
-        assert shape is not None and shape.top_k
-        trials, hits = torch.zeros(2, 1, shape.depth, shape.top_k).double()
-        trials[0, : accepted + 1] = 1.0  # every child of each node on the accepted path was tried
-        for depth, rank in enumerate(ranks):
-            hits[0, depth, rank - 1] = 1.0  # the path took the node's `rank`-th child
-        chain = expected_tokens(alphas, [], Shape(0, shape.depth, shape.depth))[0]  # its rank-1 path's promise
-        promised, costs.delivered = expected_tokens(alphas, schedule.ranks(), shape)[0], {}
-        schedule.update(torch.tensor([True]), torch.tensor([shape.depth]), torch.tensor([accepted]), (trials, hits))
-        return costs.delivered[shape], chain, promised
-
-    (got, want, steps), chain, promised = tree_step(0, [])  # every node rejected: one token committed
-    assert (got, want, steps) == pytest.approx((chain, promised, 1)) and got > 1.5
-    (got, _, _), chain, _ = tree_step(2, [2, 1])  # the root's 2nd child, then its 1st: the rank-1 path failed at once
-    assert got == pytest.approx(3.0 + chain - 1.0)
-    (got, _, _), chain, _ = tree_step(2, [1, 1])  # the rank-1 path itself: it counts as its chain's promise
-    assert got == pytest.approx(chain)
-
-
 def test_a_chain_is_priced_by_what_its_steps_commit_against_what_its_estimates_promised():
     # A record pooled over a setting's calls holds its deep depths at what the prompts that reach them accept (the
     # good ones). A chain whose steps commit less than the estimates promised costs more per token promised: the
