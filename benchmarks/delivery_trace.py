@@ -1,7 +1,8 @@
 """What each shape's steps delivered against what the default promised when it chose them, in one process:
 SmolLM2-135M-Instruct (bf16) with the shipped head on held-out chat prompts, greedy, batch 1, a warm-up call then each
 prompt once per round, as the bench runs it. Per shape: its steps, tokens committed over tokens promised (the ratio
-its delivery record prices it by), and its first steps (call, committed, promised); per call the shapes planned.
+its delivery record prices it by), and its first steps (call, committed, promised); per call the shapes planned. A
+tree's rank-1 paths are listed apart ("path 4/3/8": what they committed against what a chain promised).
 
 Run from the repo root, one process per core and thread:
     nice -n -15 taskset -c 0 python benchmarks/delivery_trace.py --out benchmarks/data/delivery_trace_xeon_amx_0.json
@@ -30,9 +31,10 @@ def main() -> None:
     target, drafter, groups = head_setting(args.num_prompts)
     steps, deliver, call = [], StepCosts.deliver, [0]
 
-    def heard(self, shape, committed, expected):
-        steps.append((call[0], f"{shape.top_k}/{shape.depth}/{shape.nodes}", committed, round(expected, 3)))
-        return deliver(self, shape, committed, expected)
+    def heard(self, shape, committed, expected, record="delivered"):  # (a tree's rank-1 path: "path 4/3/8")
+        name = f"{'path ' if record == 'paths' else ''}{shape.top_k}/{shape.depth}/{shape.nodes}"
+        steps.append((call[0], name, committed, round(expected, 3)))
+        return deliver(self, shape, committed, expected, record)
 
     StepCosts.deliver, shapes, calls = heard, planned_shapes(), []
     for number, inputs in enumerate([groups[0], *groups * args.rounds]):  # the warm-up call first

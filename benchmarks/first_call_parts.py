@@ -55,7 +55,7 @@ def main() -> None:
             if history == "costs known":  # the setting's StepCosts, as the loop finds it
                 setting = costs.costs_for(target, drafter, target.device, 1, False)
                 assert setting.accepted and setting.measured(), "not the setting the calls ran"
-                setting.accepted, setting.ranks, setting.delivered = (), (), {}
+                setting.accepted, setting.ranks, setting.delivered, setting.paths = (), (), {}, {}
             plain, _ = timed(lambda: target.generate(**groups[index], **kwargs))
             spec, _ = timed(lambda: target.generate(**groups[index], drafter=drafter, **kwargs))
             ratios[history].append(plain / spec)

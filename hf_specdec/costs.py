@@ -34,6 +34,7 @@ class StepCosts:
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks, self.odds = (), None  # the last call's tree children by rank; drafts by band (`policy.odds_by_band`)
         self.delivered: dict = {}  # Shape -> (tokens committed, tokens expected) per row, fading; its step count
+        self.paths: dict = {}  # tree Shape -> its rank-1 path's (tokens, a chain's promise), alike (`deliver`'s `path`)
         if self.pinned:
             if 1 not in verify_ms:
                 raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")
@@ -63,12 +64,12 @@ class StepCosts:
                 self.accepted = self.accepted if accepted is None else (*self.accepted, accepted)[-CALLS:]
                 self.ranks, self.odds = ranks, odds
 
-    def deliver(self, shape, committed: float, expected: float) -> None:
-        """A step of `shape` committed `committed` tokens per row where the policy expected `expected`."""
+    def deliver(self, shape, committed: float, expected: float, record: str = "delivered") -> None:
+        """A step of `shape` committed `committed` tokens per row where `expected` were expected (in `record`)."""
         if not self.pinned:
             with self._lock:  # replaced whole, read without the lock
-                got, want, steps = self.delivered.get(shape, (0.0, 0.0, 0))
-                self.delivered = {**self.delivered, shape: (FADE * got + committed, FADE * want + expected, steps + 1)}
+                got, want, steps = (table := getattr(self, record)).get(shape, (0.0, 0.0, 0))
+                setattr(self, record, {**table, shape: (FADE * got + committed, FADE * want + expected, steps + 1)})
 
     def estimate(self, shape) -> float | None:
         """Milliseconds of a step drafting `shape` (a `policy.Shape`; None: a plain step), or None while unpriced."""
@@ -87,9 +88,9 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
     """The `part` cost of `kind` at `size` from the measured points: between two linearly, beyond the widest as the
     widest (`_line`); drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width
     plus the median difference its measured widths showed (nothing measured: no difference)."""
-    points = {key[2]: ms for key, ms in table.items() if key[:2] == (part, kind)}
-    if part == "verify" and kind == "chain":
-        points = _never_cheaper(points)
+    plain = table.get(("verify", "chain", 1), 0.0)  # no chain's verification below the plain step's: a draft nobody
+    chains = {key[2]: max(ms, plain) for key, ms in table.items() if key[:2] == ("verify", "chain")}  # takes isn't free
+    points = chains if (part, kind) == ("verify", "chain") else {k[2]: ms for k, ms in table.items() if k[:2] == (part, kind)}
     if size in points:
         return points[size]
     if part == "draft":  # levels cost alike: the cheapest measured level's ms (a tree's from the chains' until measured)
@@ -100,15 +101,9 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
         return None
     if kind == "chain":  # (its points are the floored chain curve already)
         return _line(points, size)
-    chains = _never_cheaper({key[2]: ms for key, ms in table.items() if key[:2] == ("verify", "chain")})
     base = _line(chains, size)
     offsets = [ms - _line(chains, width) for width, ms in points.items()] if base is not None else []
     return base + max(0.0, statistics.median(offsets)) if offsets else base
-
-
-def _never_cheaper(points: dict[int, float]) -> dict[int, float]:
-    """The measured widths' costs, none below the plain step's (width 1): a draft nobody accepts never looks free."""
-    return {width: max(ms, points.get(1, 0.0)) for width, ms in points.items()}
 
 
 def _line(points: dict[int, float], size: int) -> float | None:

@@ -197,10 +197,9 @@ class Schedule:
         return True
 
 
-#: Drafts a start is worth (at least; at most where the setting's calls agree); the share of a row's recent evidence kept
-#: per step; each row's acceptance when neither the prompt nor the drafter says anything; the tokens committed and
-#: expected a shape's delivery record starts with (a few steps' worth of its model's estimate); the equal bands of the
-#: drafter's top probability its odds are measured in.
+#: Drafts a start is worth (at least; at most where the setting's calls agree); the share of a row's evidence kept per
+#: step; a row's acceptance when neither prompt nor drafter says anything; the tokens committed and expected a delivery
+#: record starts with (a few steps' worth of its model's estimate); the equal bands the drafter's odds are measured in.
 PRIOR_WEIGHT, MAX_WEIGHT, DECAY, DEFAULT_PRIOR, DELIVERY_PRIOR, BANDS = 4.0, 32.0, 0.95, 0.5, 32.0, 5
 
 
@@ -304,8 +303,15 @@ class AdaptiveSchedule(Schedule):
             accepted, drafting = num_accepted.cpu(), row_drafts.nonzero().flatten().tolist()
             shape, alphas = self._planned  # what the step committed against what its plan's estimates promised
             if shape is not None:
-                promised = expected_tokens([alphas[b] for b in drafting], self.ranks(), shape, row_drafts[drafting])
-                self.costs.deliver(shape, float((accepted[drafting] + 1).double().mean()), statistics.fmean(promised))
+                planned, drafts = [alphas[b] for b in drafting], row_drafts[drafting]
+                got = float((accepted[drafting] + 1).double().mean())
+                if outcomes is not None:  # a tree: its rank-1 path (what a chain would have drafted) counts as a chain's
+                    path = 1 + float(outcomes[1].cpu()[drafting, :, 0].double().cumprod(1).sum(1).mean())  # promise
+                    chain = statistics.fmean(expected_tokens(planned, [], self.menu[0], drafts))  # times the share such
+                    p_got, p_want, _ = self.costs.paths.get(shape, (0.0, 0.0, 0))  # paths of this shape delivered of it
+                    got += chain * (p_got + DELIVERY_PRIOR) / (p_want + DELIVERY_PRIOR) - path
+                    self.costs.deliver(shape, path, chain, record="paths")
+                self.costs.deliver(shape, got, statistics.fmean(expected_tokens(planned, self.ranks(), shape, drafts)))
             fade = DECAY ** (self.steps - 1 - self._evidence_at)  # evidence fades with the steps since the last draft
             self.hits, self.trials, self._evidence_at = self.hits * fade, self.trials * fade, self.steps
             self.rank_hits, self.rank_trials = self.rank_hits * fade, self.rank_trials * fade

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import tiny_models
-from hf_specdec.costs import StepCosts, reset_costs
+from hf_specdec.costs import FADE, StepCosts, reset_costs
 from hf_specdec.policy import (
-    MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Schedule, Shape, TreeDraftPolicy, best_shape, expected_tokens,
-    odds_by_band, record_evidence,
+    DELIVERY_PRIOR, MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Schedule, Shape, TreeDraftPolicy, best_shape,
+    expected_tokens, odds_by_band, record_evidence,
 )
 from hf_specdec.tree import tree_outcomes
 from hf_specdec.verify import agreement
@@ -302,6 +302,43 @@ def test_a_tree_that_delivers_less_than_its_model_expects_is_priced_by_what_it_d
     pinned = StepCosts(verify_ms={1: 20.0, 2: 22.0}, draft_ms=2.0)  # by hand: calls change nothing
     pinned.deliver(Shape(0, 1, 1), 1.0, 2.0)
     assert pinned.delivered == {}
+
+
+def test_a_trees_rank_1_path_counts_at_what_such_paths_delivered_so_hard_text_does_not_price_the_tree_out():
+    # A tree's rank-1 path is the chain its drafter would have drafted: where the text is hard it fails, and so would
+    # that chain. A tree step is held to its model for what its other nodes add; its rank-1 path counts a chain's
+    # promise for its depth times the share of such promises this shape's paths delivered (on a fresh setting: all).
+    costs = StepCosts()
+    for width, verify_ms in ((1, 20.0), (2, 20.2), (7, 20.4), (9, 20.6), (17, 21.0), (33, 22.0)):
+        _ran(costs, "chain" if width < 9 else "tree", width - 1 if width < 9 else 3, width, 0.4 * (width > 1), verify_ms)
+    costs.remember(((60.0, 100.0),), ((0.0, 0.0), (40.0, 100.0)))
+
+    def tree_step(accepted: int, ranks: list[int], paths: dict):
+        schedule = _schedule(costs, trees=True)
+        _step(schedule, 0, 0)
+        shape, alphas = schedule._planned
+        assert shape is not None and shape.top_k
+        trials, hits = torch.zeros(2, 1, shape.depth, shape.top_k).double()
+        trials[0, : accepted + 1] = 1.0  # every child of each node on the accepted path was tried
+        for depth, rank in enumerate(ranks):
+            hits[0, depth, rank - 1] = 1.0  # the path took the node's `rank`-th child
+        chain = expected_tokens(alphas, [], Shape(0, shape.depth, shape.depth))[0]  # its rank-1 path's promise
+        promised, costs.delivered, costs.paths = expected_tokens(alphas, schedule.ranks(), shape)[0], {}, paths(shape)
+        schedule.update(torch.tensor([True]), torch.tensor([shape.depth]), torch.tensor([accepted]), (trials, hits))
+        return costs.delivered[shape], chain, promised, costs.paths[shape]
+
+    fresh = lambda shape: {}  # noqa: E731
+    (got, want, steps), chain, promised, path = tree_step(0, [], fresh)  # every node rejected: one token committed
+    assert (got, want, steps) == pytest.approx((chain, promised, 1)) and got > 1.5
+    assert path == pytest.approx((1.0, chain, 1))  # what the path committed against what a chain promised
+    (got, _, _), chain, _, _ = tree_step(2, [2, 1], fresh)  # the root's 2nd child, then its 1st: the path failed at once
+    assert got == pytest.approx(3.0 + chain - 1.0)
+    (got, _, _), chain, _, path = tree_step(2, [1, 1], fresh)  # the rank-1 path itself: it counts as its chain's promise
+    assert got == pytest.approx(chain) and path == pytest.approx((3.0, chain, 1))
+    # Where this shape's paths delivered half of what chains promised (text hard for any chain), it counts at half.
+    (got, _, _), chain, _, path = tree_step(2, [1, 1], lambda shape: {shape: (100.0, 200.0, 50)})
+    share = (100.0 + DELIVERY_PRIOR) / (200.0 + DELIVERY_PRIOR)
+    assert got == pytest.approx(chain * share) and path == pytest.approx((FADE * 100.0 + 3.0, FADE * 200.0 + chain, 51))
 
 
 def test_a_chain_is_priced_by_what_its_steps_commit_against_what_its_estimates_promised():
