@@ -64,8 +64,9 @@ def main() -> None:
     ratios = [d / f for d, f in zip(seconds["default, pinned"], seconds["fixed"])]
     record = {"date": time.strftime("%Y-%m-%d"), "commit": bench.commit(), "machine": bench.machine(),
               "command": " ".join(["python", *sys.argv]), "drafter": args.drafter, "dtype": args.dtype,
-              "gamma": "tree 4/3/8" if args.tree else args.gamma, "total_s": {name: round(sum(v), 3) for name, v in seconds.items()},
-              "target_forwards": forwards, "pinned_over_fixed_median": round(statistics.median(ratios), 4),
+              "gamma": "tree 4/3/8" if args.tree else args.gamma,
+              "total_s": {name: round(sum(v), 3) for name, v in seconds.items()}, "target_forwards": forwards,
+              "pinned_over_fixed_median": round(statistics.median(ratios), 4),
               "calls": {name: [round(s, 4) for s in v] for name, v in seconds.items()}}
     print(json.dumps({key: value for key, value in record.items() if key != "calls"}))
     if args.out:

@@ -34,7 +34,7 @@ class StepCosts:
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks, self.odds = (), None  # the last call's tree children by rank; drafts by band (`policy.odds_by_band`)
         self.delivered: dict = {}  # Shape -> (tokens committed, tokens expected) per row, fading; its step count
-        self.paths: dict = {}  # tree Shape -> its rank-1 path's (tokens, a chain's promise), alike (`deliver`'s `path`)
+        self.paths: dict = {}  # tree Shape -> its rank-1 paths' (tokens, a chain's promise), alike (`deliver`'s `record`)
         if self.pinned:
             if 1 not in verify_ms:
                 raise ValueError("pinned StepCosts need the plain step's cost: verify_ms[1].")
@@ -88,9 +88,9 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
     """The `part` cost of `kind` at `size` from the measured points: between two linearly, beyond the widest as the
     widest (`_line`); drafting at the cheapest measured ms per level; a tree's verification as a chain's of its width
     plus the median difference its measured widths showed (nothing measured: no difference)."""
-    plain = table.get(("verify", "chain", 1), 0.0)  # no chain's verification below the plain step's: a draft nobody
-    chains = {key[2]: max(ms, plain) for key, ms in table.items() if key[:2] == ("verify", "chain")}  # takes isn't free
-    points = chains if (part, kind) == ("verify", "chain") else {k[2]: ms for k, ms in table.items() if k[:2] == (part, kind)}
+    plain = table.get(("verify", "chain", 1), 0.0)  # no chain verifies below the plain step: a draft nobody takes is not free
+    chains = {k[2]: max(ms, plain) for k, ms in table.items() if k[:2] == ("verify", "chain")} if part == "verify" else {}
+    points = chains if (part, kind) == ("verify", "chain") else {k[2]: table[k] for k in table if k[:2] == (part, kind)}
     if size in points:
         return points[size]
     if part == "draft":  # levels cost alike: the cheapest measured level's ms (a tree's from the chains' until measured)

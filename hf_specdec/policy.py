@@ -305,10 +305,10 @@ class AdaptiveSchedule(Schedule):
             if shape is not None:
                 planned, drafts = [alphas[b] for b in drafting], row_drafts[drafting]
                 got = float((accepted[drafting] + 1).double().mean())
-                if outcomes is not None:  # a tree: its rank-1 path (what a chain would have drafted) counts as a chain's
-                    path = 1 + float(outcomes[1].cpu()[drafting, :, 0].double().cumprod(1).sum(1).mean())  # promise
-                    chain = statistics.fmean(expected_tokens(planned, [], self.menu[0], drafts))  # times the share such
-                    p_got, p_want, _ = self.costs.paths.get(shape, (0.0, 0.0, 0))  # paths of this shape delivered of it
+                if outcomes is not None:  # a tree: its rank-1 path (what a chain would have drafted) counts at a chain's
+                    path = 1 + float(outcomes[1].cpu()[drafting, :, 0].double().cumprod(1).sum(1).mean())  # promise,
+                    chain = statistics.fmean(expected_tokens(planned, [], self.menu[0], drafts))  # times the share of
+                    p_got, p_want, _ = self.costs.paths.get(shape, (0.0, 0.0, 0))  # such promises its paths delivered
                     got += chain * (p_got + DELIVERY_PRIOR) / (p_want + DELIVERY_PRIOR) - path
                     self.costs.deliver(shape, path, chain, record="paths")
                 self.costs.deliver(shape, got, statistics.fmean(expected_tokens(planned, self.ranks(), shape, drafts)))
