@@ -264,10 +264,10 @@ class AdaptiveSchedule(Schedule):
         self._read = (float((agreement.clamp(min=floor) * read).nansum()), float(read.sum())) if read.sum() else None
         self._stale = True
 
-    def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None, hopeful: bool = False) -> list[list[float]]:
+    def alphas(self, optimism: float = 0.0, rows: torch.Tensor | None = None) -> list[list[float]]:
         """[rows][depth] (`rows`: [batch] bool, all by default): each row's acceptance of a rank-1 draft at each depth once
-        the ones before were accepted: recent drafts (fading) over the call's record (`hopeful`: the better of the two),
-        over the setting's and the depth before's; plus `optimism` times a UCB bonus that grows with steps sat out."""
+        the ones before were accepted: the better of its recent drafts (fading towards it) and the call's record (over the
+        setting's and the depth before's; early misses count once), plus `optimism` times a UCB bonus for steps sat out."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])
         streak = self.steps - self._evidence_at  # steps since the last draft: its evidence fades, the bonus grows
         fade, sat_out = DECAY**streak, [math.log1p(streak), *(math.log1p(self._drafted - at) for at in self._tried_at)]
@@ -279,7 +279,7 @@ class AdaptiveSchedule(Schedule):
                 weight = record_trials + start  # the start: the depth before's estimate at the record's odds over it
                 call = (all_hits[depth] + record_hits + start * call * lift / (1 - call + call * lift)) / (
                     all_trials[depth] + weight)  # (depth 1: the row's prior)
-                estimate = max((fade * hits[depth] + weight * call) / (fade * trials[depth] + weight), hopeful * call)
+                estimate = max((fade * hits[depth] + weight * call) / (fade * trials[depth] + weight), call)
                 estimate += optimism * math.sqrt(sat_out[depth] / (all_trials[depth] + PRIOR_WEIGHT))
                 row.append(min(1.0, estimate))
             out.append(row)
@@ -366,10 +366,10 @@ class AdaptiveSchedule(Schedule):
             return None
         gain = self.policy.min_gain if int(rows.sum()) == 1 else self.policy.batch_gain
         ranks, steps = self.ranks(), sum(r[2] for r in self.costs.delivered.values())
-        # Whether to draft: no shape bonus, `hopeful` (a call's first misses do not let a paying drafter go); which: with it
-        shape = best_shape(self.alphas(optimism, rows, hopeful=True), ranks, self._cost, self.menu, gain)
+        alphas = self.alphas(optimism, rows)  # whether to draft: without a shape's bonus; which shape: with it
+        shape = best_shape(alphas, ranks, self._cost, self.menu, gain)
         bold = functools.partial(self._cost, optimism=optimism, steps=steps)  # (steps: every shape's, summed once)
-        return shape and optimism and best_shape(self.alphas(optimism, rows), ranks, bold, self.menu, gain) or shape
+        return shape and optimism and best_shape(alphas, ranks, bold, self.menu, gain) or shape
 
     def _cost(self, shape: Shape | None, optimism: float = 0.0, steps: int = 0) -> float | None:
         """A step's ms over the share of its promised tokens the shape delivered, less `optimism` times a UCB bonus."""
