@@ -190,21 +190,21 @@ def record(args) -> dict:
 
 
 def _step(prompt: dict, state: int, shape: Shape | None, min_confidence: float = 0.0,
-          path_stop: tuple[float, tuple] = (0.0, ())) -> tuple[int, int, object]:
+          path_stop: tuple[float | tuple, tuple] = (0.0, ())) -> tuple[int, int, object]:
     """(drafts, accepted, a tree's outcomes or a chain's confidences) of a step of `shape` that starts with `state`
     tokens committed; a chain drafts up to the first draft its drafter gave less than `min_confidence`, or where the
-    product of its drafts' odds (each probability read by path_stop[1]'s bands) fell below path_stop[0], that one
-    included (`hf_specdec.drafters.model.ModelDraftSession.propose`)."""
+    product of its drafts' odds (each probability read by path_stop[1]'s bands) fell below path_stop[0] (a floor, or
+    one after each number of drafts), that one included (`hf_specdec.drafters.model.ModelDraftSession.propose`)."""
     room = prompt["tokens"] - state - 1
     if shape is None or room <= 0:
         return 0, 0, None
     if not shape.top_k:
         accepted, confidence = prompt["shapes"]["chain"][state - 1]
-        floor, bands = path_stop
+        floors, bands = path_stop[0] if isinstance(path_stop[0], tuple) else (path_stop[0],), path_stop[1]
         odds = (lambda c: bands[min(int(c * len(bands)), len(bands) - 1)]) if bands else (lambda c: c)  # noqa: E731
         paths = [math.prod(odds(c) for c in confidence[: k + 1]) for k in range(len(confidence))]
         depth = min([shape.depth, room] + [k + 1 for k, (c, p) in enumerate(zip(confidence, paths))
-                                           if c < min_confidence or p < floor])
+                                           if c < min_confidence or p < floors[min(k, len(floors) - 1)]])
         return depth, min(accepted, depth), confidence[:depth]
     accepted, outcomes = prompt["shapes"][f"tree {shape.top_k}/{shape.depth}/{shape.nodes}"][state - 1]
     return shape.depth, min(accepted, room), outcomes

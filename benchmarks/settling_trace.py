@@ -32,7 +32,8 @@ def traced() -> list[dict]:
         if stale:
             shape = f"tree {self._tree.max_nodes}" if self._tree else f"chain {self._depth}"
             prices = {" ".join(map(str, key)): round(ms, 1) for key, ms in self.costs.measured().items()}
-            steps.append(dict(step=self.steps, shape=shape, floor=round(self.path_stop[0], 3),
+            floors = self.path_stop[0] if isinstance(self.path_stop[0], tuple) else (self.path_stop[0],)
+            steps.append(dict(step=self.steps, shape=shape, floor=[round(f, 3) for f in floors[:3]],
                               alphas=[round(a, 2) for a in self.alphas()[0][:4]], prices=prices))
 
     def heard(self, active, num_drafted, num_accepted, *args, **kwargs):

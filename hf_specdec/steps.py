@@ -57,7 +57,7 @@ class Call:
 
 def chain_step(call: Call, sequences, pad_lens, lens, active, left: int, num_draft: torch.Tensor | None,
                no_draft: Draft, keep_scores: bool, caught_up: bool, extra_logits: int = 0,
-               path_stop: tuple[float, tuple] = (0.0, ())) -> Verified:
+               path_stop: tuple[float | tuple, tuple] = (0.0, ())) -> Verified:
     """Drafts up to `num_draft[b]` tokens in row b ([batch]; None: a plain step) and verifies them. `extra_logits`:
     also return the target's logits at that many positions before the step's own (the prompt's, at the prefill);
     `path_stop`: the schedule's (min_path, path_odds) (`DraftContext`)."""

@@ -2,6 +2,7 @@
 exactness (greedy equality, joint distribution) with every form of gamma."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -153,6 +154,14 @@ def test_path_stop_ends_each_row_once_its_drafts_probabilities_multiply_below_th
     deeper, shallower = drafted((0.4, 0.8, 1.0, 1.0, 1.0)), drafted((0.01, 0.2, 0.4, 0.6, 0.8))
     assert (deeper >= draft.num_drafted).all() and (deeper > draft.num_drafted).any()
     assert (shallower <= draft.num_drafted).all() and (shallower < draft.num_drafted).any()
+    # A floor after each number of drafts (the last for any more): the same floor given by depth stops alike; a high
+    # one after 2 drafts stops every row that got that far, and no other row earlier.
+    by_depth = ModelDrafter(close_drafter).start(close_drafter, 8, torch.device("cpu")).propose(
+        dataclasses.replace(context, min_path=(floor,) * 2), torch.full((8,), cap)).num_drafted
+    assert torch.equal(by_depth, draft.num_drafted)
+    cut = ModelDrafter(close_drafter).start(close_drafter, 8, torch.device("cpu")).propose(
+        dataclasses.replace(context, min_path=(floor, math.inf, floor)), torch.full((8,), cap)).num_drafted
+    assert torch.equal(cut, draft.num_drafted.clamp(max=2)) and (draft.num_drafted > 2).any()
 
 
 @torch.no_grad()

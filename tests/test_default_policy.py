@@ -414,10 +414,10 @@ def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
 
 
 def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
-    """The path stop: a level costs the widest chain's ms over plain's per level; a row drafts on while the drafter's
-    odds that all its drafts so far are accepted, times a next draft's acceptance, buy that level at the planned step's
-    tokens per ms. Cheap levels (width free, drafting 2 % of a step): a low floor, deep runs go on; dear ones (a draft
-    10 % of a step): a high one."""
+    """The path stop: a level costs the widest chain's ms over plain's per level; after d drafts a row drafts on while
+    the drafter's odds that all d are accepted, times depth d + 1's acceptance, buy that level at the planned step's
+    tokens per ms: a floor for each d. Cheap levels (width free, drafting 2 % of a step): low floors, deep runs go on;
+    dear ones (a draft 10 % of a step): high ones. A depth read at a lower acceptance gets a higher floor."""
     floors = []
     for costs in (WIDTH_FREE, CPU_LIKE):
         schedule = _schedule(costs)
@@ -426,11 +426,17 @@ def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
         shape, widest, alphas = Shape(0, depth, depth), Shape(0, 6, 6), schedule.alphas()
         tokens = expected_tokens(alphas, schedule.ranks(), shape)[0]
         level = (costs.estimate(widest) - costs.estimate(None)) / 6
-        floor = level * tokens / costs.estimate(shape) / alphas[0][1]
-        assert depth and schedule.path_stop[0] == pytest.approx(floor)
+        expected = [level * tokens / costs.estimate(shape) / alpha for alpha in alphas[0][1:]]
+        assert depth and schedule.path_stop[0] == pytest.approx(tuple(expected))
         assert schedule.path_stop[1] == pytest.approx((0.1, 0.3, 0.5, 0.7, 0.9))  # (nothing scored: as given)
-        floors.append(schedule.path_stop[0])
+        floors.append(schedule.path_stop[0][0])
     assert 0.0 < floors[0] < 0.15 < floors[1] < 0.8, floors
+    one = torch.ones(1, dtype=torch.bool)  # a call whose drafts are rejected at depth 3 (and accepted before it)
+    for _ in range(10):
+        schedule.update(one, torch.tensor([3]), torch.tensor([2]), drafted=True, left=1)
+    assert _depth(schedule)
+    alphas, after = schedule.alphas()[0], schedule.path_stop[0]
+    assert alphas[2] < alphas[1] and after[1] > after[0] and after[1] / after[0] == pytest.approx(alphas[1] / alphas[2])
 
 
 def test_a_drafters_odds_are_read_at_what_its_drafts_were_worth_in_the_call():
@@ -467,7 +473,7 @@ def test_a_batch_drafts_the_chosen_length_and_no_row_stops_early():
             schedule.update(one[:batch], torch.full((batch,), depth), torch.full((batch,), min(depth, 2)), drafted=True,
                             left=batch, confidence=torch.full((batch, depth), 0.6))
         depth, (floor, _) = _depth(schedule), schedule.path_stop
-        assert (depth == 6 and floor > 0) if batch == 1 else (depth < 6 and floor == 0.0)
+        assert (depth == 6 and min(floor) > 0) if batch == 1 else (depth < 6 and floor == 0.0)
 
 
 def test_a_drafters_odds_read_each_band_of_its_probability_at_what_its_drafts_there_were_worth():

@@ -31,7 +31,7 @@ class DraftContext:
     scores its proposals stops a row after a token it gave lower probability, and once the product of its top
     probabilities at the row's drafted positions, each read as `path_odds[band]` (a draft's acceptance by the band of
     its top probability, equal bands over [0, 1]; empty: the probability itself), is below `min_path` (the schedule's,
-    per step; others ignore them).
+    per step: one floor, or a floor after each number of drafts, 1, 2, ..., the last for any more; others ignore them).
     `target` is the call's target and its cache when a chain is drafted, for a drafter that runs the target's
     own first layers on it (`hf_specdec.cache.SharedPrefix`); others ignore it.
     """
@@ -46,7 +46,7 @@ class DraftContext:
     process: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
     min_confidence: float = 0.0
     target: CachedModel | None = None
-    min_path: float = 0.0
+    min_path: float | tuple[float, ...] = 0.0
     path_odds: tuple[float, ...] = ()
 
 

@@ -16,7 +16,7 @@ class ModelDrafter(Drafter):
     """Drafts autoregressively with `model`, one forward per drafted token; with a confidence stop
     (`ctx.min_confidence`, `ctx.min_path`) a row stops after a token the model gave lower probability, or once the
     product of its top probabilities at the drafted positions (scaled: the model's odds that all of them are accepted)
-    fell below `min_path`.
+    fell below `min_path` (after that many drafts, if given by depth).
 
     If the model's config carries `hf_specdec_vocab_subset` (a list of token ids, written by
     `hf-specdec distill`), only those rows of its LM head are computed and every other token gets
@@ -66,7 +66,8 @@ class ModelDraftSession(DraftSession):
         drafting = ctx.active.clone()  # [batch] rows the confidence stop has not stopped
         path = 1.0  # then [batch]: the product of each row's odds read from its top probabilities
         odds = torch.tensor(ctx.path_odds, device=ctx.lens.device) if ctx.path_odds else None  # [band]
-        stops, confidences = ctx.min_confidence > 0 or ctx.min_path > 0, []
+        floors = ctx.min_path if isinstance(ctx.min_path, tuple) else (ctx.min_path,)  # by drafts made (the last: on)
+        stops, confidences = ctx.min_confidence > 0 or max(floors, default=0.0) > 0, []
         num_drafted = torch.zeros_like(num_tokens)  # [batch]
         width = 0  # columns drafted so far
         for j in range(tokens.shape[1]):
@@ -98,7 +99,7 @@ class ModelDraftSession(DraftSession):
                 confidences.append(top)
                 # (in float32: an fp16 top times the bands rounds up across a band's edge; the schedule counts it below)
                 path = path * (top if odds is None else odds[(top.float() * len(odds)).long().clamp(max=len(odds) - 1)])
-                drafting &= (drawn >= ctx.min_confidence) & (path >= ctx.min_path)
+                drafting &= (drawn >= ctx.min_confidence) & (path >= floors[min(j, len(floors) - 1)])
         self.slack = width + 1
         draft_probs = torch.stack(probs, dim=1) if probs else None  # [batch, width, vocab]
         confidence = torch.stack(confidences, dim=1) if confidences else None  # [batch, width]
