@@ -349,12 +349,12 @@ class AdaptiveSchedule(Schedule):
         single = int(self._rows.sum()) == 1  # (a batch drafts as long as its longest row: a row's stop saves no level)
         scored = single and self._scored  # (one row whose drafts are scored: its odds decide the depth)
         self._depth = 0 if shape is None or shape.top_k else self.policy.max_gamma if scored else shape.depth
-        if self._depth and single:  # the row drafts on while its odds, times the next depth's acceptance, buy a level's
+        if self._depth and single:  # the row drafts on while its odds, times the next draft's acceptance, buy a level's
             plain, row = self.costs.estimate(None), alphas[int(self._rows.nonzero())]  # ms at the step's tokens per ms
             level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
             worth = level * expected_tokens([row], self.ranks(), shape)[0] / self._cost(shape)  # (in tokens)
-            floors = tuple(worth / alpha if alpha else math.inf for alpha in row[1:] or row)  # after 1, 2, ... drafts
-            self.path_stop = (floors, odds_by_band(self._odds))
+            second = row[min(1, len(row) - 1)]  # a deeper depth, resting on fewer drafts, may lower a floor, not raise it
+            self.path_stop = (tuple(worth / max(second, a) for a in row[1:] or row), odds_by_band(self._odds))
 
     tree = property(lambda self: self._plan() or self._tree)
     lengths = property(lambda self: self._plan() or torch.full(self._rows.shape, self._depth, device=self.device))

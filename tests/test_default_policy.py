@@ -415,9 +415,10 @@ def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
 
 def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
     """The path stop: a level costs the widest chain's ms over plain's per level; after d drafts a row drafts on while
-    the drafter's odds that all d are accepted, times depth d + 1's acceptance, buy that level at the planned step's
+    the drafter's odds that all d are accepted, times the next draft's acceptance, buy that level at the planned step's
     tokens per ms: a floor for each d. Cheap levels (width free, drafting 2 % of a step): low floors, deep runs go on;
-    dear ones (a draft 10 % of a step): high ones. A depth read at a lower acceptance gets a higher floor."""
+    dear ones (a draft 10 % of a step): high ones. The next draft is read at its depth's acceptance where that is above
+    the second draft's, else at the second's: a deeper depth, resting on fewer drafts, may lower a floor, not raise it."""
     floors = []
     for costs in (WIDTH_FREE, CPU_LIKE):
         schedule = _schedule(costs)
@@ -426,17 +427,25 @@ def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
         shape, widest, alphas = Shape(0, depth, depth), Shape(0, 6, 6), schedule.alphas()
         tokens = expected_tokens(alphas, schedule.ranks(), shape)[0]
         level = (costs.estimate(widest) - costs.estimate(None)) / 6
-        expected = [level * tokens / costs.estimate(shape) / alpha for alpha in alphas[0][1:]]
-        assert depth and schedule.path_stop[0] == pytest.approx(tuple(expected))
+        worth = level * tokens / costs.estimate(shape)
+        assert depth and schedule.path_stop[0] == pytest.approx(tuple(worth / max(alphas[0][1], a) for a in alphas[0][1:]))
         assert schedule.path_stop[1] == pytest.approx((0.1, 0.3, 0.5, 0.7, 0.9))  # (nothing scored: as given)
         floors.append(schedule.path_stop[0][0])
     assert 0.0 < floors[0] < 0.15 < floors[1] < 0.8, floors
-    one = torch.ones(1, dtype=torch.bool)  # a call whose drafts are rejected at depth 3 (and accepted before it)
-    for _ in range(10):
-        schedule.update(one, torch.tensor([3]), torch.tensor([2]), drafted=True, left=1)
-    assert _depth(schedule)
-    alphas, after = schedule.alphas()[0], schedule.path_stop[0]
-    assert alphas[2] < alphas[1] and after[1] > after[0] and after[1] / after[0] == pytest.approx(alphas[1] / alphas[2])
+    one = torch.ones(1, dtype=torch.bool)
+    for accepted_then in (4, 2):  # drafts accepted by every other step of 4 drafts
+        schedule = _schedule(CPU_LIKE)
+        schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
+        for step in range(12):  # every other step's second draft rejected
+            accepted = 1 if step % 2 else accepted_then
+            schedule.update(one, torch.tensor([4]), torch.tensor([accepted]), drafted=True, left=1)
+        assert _depth(schedule)
+        alphas, after = schedule.alphas()[0], schedule.path_stop[0]
+        if accepted_then == 4:  # depths 3 and 4 accept more often than depth 2: floors after 2 and 3 drafts lower
+            assert alphas[2] > alphas[1] and after[1] < after[0]
+            assert after[1] / after[0] == pytest.approx(alphas[1] / alphas[2])
+        else:  # depth 3 always rejected: its floor stays at the second draft's
+            assert alphas[2] < alphas[1] and after[1] == pytest.approx(after[0])
 
 
 def test_a_drafters_odds_are_read_at_what_its_drafts_were_worth_in_the_call():
