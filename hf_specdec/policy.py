@@ -412,8 +412,7 @@ def expected_tokens(alphas, ranks: list[float], shape: Shape, drafts: torch.Tens
 @functools.lru_cache(maxsize=4096)
 def _tree_tokens(mean: tuple[float, ...], ranks: tuple[float, ...], shape: Shape) -> float:
     """`expected_tokens` of a tree shape on the rows' mean acceptances (cached: the estimates move slowly)."""
-    values, frontier = [], [(-mean[0], 1)] + [(-rank, 1) for rank in ranks[: shape.top_k - 1]]
-    heapq.heapify(frontier)
+    values, frontier = [], sorted([(-mean[0], 1)] + [(-rank, 1) for rank in ranks[: shape.top_k - 1]])  # (a heap)
     while frontier and len(values) < shape.nodes:
         value, depth = heapq.heappop(frontier)
         values.append(-value)
