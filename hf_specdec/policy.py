@@ -350,11 +350,11 @@ class AdaptiveSchedule(Schedule):
         scored = single and self._scored  # (one row whose drafts are scored: its odds decide the depth)
         self._depth = 0 if shape is None or shape.top_k else self.policy.max_gamma if scored else shape.depth
         if self._depth and single:  # the row drafts on while its odds, times the next draft's acceptance, buy a level's
-            plain, row = self.costs.estimate(None), alphas[int(self._rows.nonzero())]  # ms at the step's tokens per ms
+            plain, row = self.costs.estimate(None), alphas[int(self._rows.nonzero())]  # ms at the step's tokens per ms;
             level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
-            worth = level * expected_tokens([row], self.ranks(), shape)[0] / self._cost(shape)  # (in tokens)
-            second = row[min(1, len(row) - 1)]  # a deeper depth, resting on fewer drafts, may lower a floor, not raise it
-            self.path_stop = (tuple(worth / max(second, a) for a in row[1:] or row), odds_by_band(self._odds))
+            worth = level * expected_tokens([row], self.ranks(), shape)[0] / self._cost(shape)  # a call of one row reads
+            alone, second = len(self._rows) == 1, row[min(1, len(row) - 1)]  # a deeper depth where above depth 2's
+            self.path_stop = (tuple(worth / max(second, a * alone) for a in row[1:] or row), odds_by_band(self._odds))
 
     tree = property(lambda self: self._plan() or self._tree)
     lengths = property(lambda self: self._plan() or torch.full(self._rows.shape, self._depth, device=self.device))
