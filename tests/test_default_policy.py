@@ -447,8 +447,8 @@ def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
             batch = _schedule(CPU_LIKE, batch=2)  # the same steps in a batch of two, then its last row alone: it reads
             batch.set_prior(torch.tensor([0.8, 0.8]), torch.tensor([100, 100]))  # depth 2's, as before (measured: a
             for step in range(12):  # batch's last rows drafting deeper cost its calls; docs/policies.md)
-                accepted = 1 if step % 2 else accepted_then
-                batch.update(torch.tensor([True, step < 11]), torch.tensor([4, 4]), torch.tensor([accepted] * 2), left=1 + (step < 11))
+                accepted, rows = 1 if step % 2 else accepted_then, torch.tensor([True, step < 11])
+                batch.update(rows, torch.tensor([4, 4]), torch.tensor([accepted] * 2), left=int(rows.sum()))
             assert _depth(batch) and batch.alphas()[0][2] > batch.alphas()[0][1]
             assert len(set(batch.path_stop[0])) == 1  # one floor at every depth
         else:  # depth 3 always rejected: its floor stays at the second draft's
