@@ -12,15 +12,17 @@ vocabulary (random drafts are almost always rejected: the loop timings price ste
   exact    greedy output of the loop == plain generate() (fp32, bf16; batch 1 and left-padded batch 4)
   host     us per kernel launch and per synchronize; the profiler's top CPU ops of one forward
   profile  cProfile of single calls (loop-0, chain-1, tree-4/4/16 at batch 1)
-  default  is the default policy (no gamma=) never slower than plain generate(), and does it draft when drafting
-           pays? ms per generated token of generate(), the default and chains 1/2/4 with three drafters: the random
-           one (alpha 0), the target itself ("self", alpha ~1) and its first --trunc-layers layers ("trunc", shared
-           weights; the target's later layers write --tail-scale of their usual share, which sets alpha), batch 1
-           and 4, greedy; the drafted lengths the default chose and the step costs it measured
+  default  the default policy (no gamma=) against plain generate() and every fixed shape, side by side: whole greedy
+           calls of --new-tokens tokens in --reps rounds taken in turns, each call's time over generate()'s in the
+           same round (and an A/A control), with two drafters: the target's first --trunc-layers layers ("trunc",
+           shared weights; the target's later layers write --tail-scale of their usual share, which sets alpha), with
+           chains 1-4, trees 4/3/8 and 4/4/16 and at batch 1 transformers' assisted generation (4 drafts); and a
+           random one (alpha 0), the default only; the default's first call of the setting against its later ones;
+           the drafted lengths it chose and the step costs it measured
 
     python benchmarks/gpu_costs.py --out DIR                 # all sections but profile, on CUDA
     python benchmarks/gpu_costs.py --quick --device cpu      # a smoke run with tiny models
-    python benchmarks/gpu_costs.py --models smol135m --sections default --out DIR
+    python benchmarks/gpu_costs.py --models llama8b --sections default --trunc-layers 4 --tail-scale 0.05 --out DIR
 Writes DIR/costs.json and prints markdown tables.
 """
 
@@ -188,7 +190,9 @@ VARIANTS = {
     "loop-0": plain_policy,
     "chain-1": lambda: 1,
     "chain-2": lambda: 2,
+    "chain-3": lambda: 3,
     "chain-4": lambda: 4,
+    "tree-4/3/8": lambda: TreeDraftPolicy(top_k=4, max_depth=3, max_nodes=8),
     "tree-4/4/16": lambda: TreeDraftPolicy(top_k=4, max_depth=4, max_nodes=16),
     "tree-8/6/32": lambda: TreeDraftPolicy(top_k=8, max_depth=6, max_nodes=32),
     "default": lambda: None,
@@ -211,6 +215,9 @@ def run_variant(target, drafter, variant: str, ids, mask, new_tokens: int, retur
         kwargs.update(return_dict_in_generate=True, output_scores=True)
     if variant == "generate":
         return target.generate(ids, **kwargs), None
+    if variant == "assisted-4":  # transformers' assisted generation, 4 drafts a step
+        return target.generate(ids, assistant_model=drafter, num_assistant_tokens=4,
+                               num_assistant_tokens_schedule="constant", **kwargs), None
     stats = hf_specdec.SpeculativeStats()
     gamma = VARIANTS[variant]()
     if gamma is None:
@@ -296,7 +303,8 @@ def truncated(target, layers: int) -> LlamaForCausalLM:
     return drafter.eval()
 
 
-DEFAULT_VARIANTS = ("default", "chain-1", "chain-2", "chain-4")
+#: The default section's fixed shapes: the goal's "best fixed shape" is the fastest of these in the same run.
+FIXED = ("chain-1", "chain-2", "chain-3", "chain-4", "tree-4/3/8", "tree-4/4/16")
 
 
 def default_policy_costs(target, drafter, batch: int, device: torch.device) -> dict:
@@ -306,83 +314,98 @@ def default_policy_costs(target, drafter, batch: int, device: torch.device) -> d
     return {" ".join(map(str, key)): ms for key, ms in sorted(measured.items())}
 
 
-def default_vs_plain(target, drafters: dict, batch: int, device: str, reps: int, long: int, short: int,
-                     skip=()) -> dict:
-    """Per drafter and variant (plus plain generate()): ms per generated token from the difference of a `long` and
-    a `short` call (prefill, setup and the default's first steps cancel), the best of `reps` rounds taken in turns
-    with every other variant (every other round in reverse order); tokens per target forward, alpha and the
-    drafted-length histogram of the long call. `skip`: labels ("random/chain-4") not to run."""
+def _spread(values) -> dict:
+    values = sorted(values)
+    return dict(median=statistics.median(values), low=values[0], high=values[-1], n=len(values))
+
+
+def default_vs_plain(target, drafters: dict, batch: int, device: str, rounds: int, new_tokens: int, skip=()) -> dict:
+    """Whole greedy calls of `new_tokens` tokens, side by side: plain generate() twice (the second an A/A control),
+    per drafter the default (and for the first drafter every FIXED shape, and at batch 1 transformers' assisted
+    generation with 4 constant drafts), in `rounds` rounds taken in turns (every other round in reverse order).
+    Before the rounds, after an 8-token plain call that warms the kernels: the first drafter's default's first call of
+    the setting right after a plain one, then one untimed call of every other label. Per label: ms per round, its
+    ratio to generate()'s in the same round, tokens per target forward and the drafted lengths of the last call.
+    `skip`: labels ("random/default") not to run."""
     ids, mask = prompts(target.config.vocab_size, batch, CONTEXT, device, padded=False, pad=target.config.pad_token_id)
-    runs = [("generate", None, "generate")] + [(f"{name}/{variant}", drafter, variant)
-                                                for name, drafter in drafters.items() for variant in DEFAULT_VARIANTS]
-    runs = [run for run in runs if run[0] not in skip]
-    timings = {label: {long: [], short: []} for label, _, _ in runs}
-    stats_of = {}
-    for label, drafter, variant in runs:  # warm-up (and the default's first call of the setting) at the long call's lengths:
-        run_variant(target, drafter, variant, ids, mask, long)  # a first long call measured up to 2x slower (run 6)
-    for round_ in range(reps):
-        for label, drafter, variant in runs if round_ % 2 == 0 else runs[::-1]:
-            for length in (long, short):
-                ms, stats = timed_variant(target, drafter, variant, ids, mask, length, device)
-                timings[label][length].append(ms)
-                stats_of[label, length] = stats
-    out = {}
-    for label, drafter, variant in runs:
-        total_long, total_short = min(timings[label][long]), min(timings[label][short])
-        stats = stats_of[label, long]
-        row = {"ms_per_token": (total_long - total_short) / (long - short), "total_ms": total_long,
-               "rounds_ms": timings[label]}
-        if stats is None:
-            row.update(tokens_per_forward=1.0, target_forwards=long)
-        else:
-            row.update(tokens_per_forward=stats.tokens_per_step, target_forwards=stats.target_forwards,
-                       drafter_forwards=stats.drafter_forwards, alpha=stats.acceptance_rate,
-                       draft_lengths=stats.draft_lengths.tolist(), tree_sizes=stats.tree_sizes.tolist(),
-                       short_draft_lengths=stats_of[label, short].draft_lengths.tolist())
-        out[label] = row
-    plain = out["generate"]["ms_per_token"]
+    first_name = next(iter(drafters))
+    runs = [("generate", None, "generate"), ("generate-aa", None, "generate")]
     for name, drafter in drafters.items():
-        chains = {variant: out[f"{name}/{variant}"]["ms_per_token"] for variant in DEFAULT_VARIANTS[1:]
-                  if f"{name}/{variant}" in out}
-        if not chains:  # every chain of this drafter skipped
-            continue
-        best = min(chains, key=chains.get)
-        default = out[f"{name}/default"]["ms_per_token"]
-        out[f"{name}/summary"] = {"default_vs_generate": default / plain, "best_chain": best,
-                                  "default_vs_best_chain": default / chains[best],
-                                  "best_chain_vs_generate": chains[best] / plain,
-                                  "policy_costs": default_policy_costs(target, drafter, batch, ids.device)}
+        variants = ("default",) + (FIXED + (("assisted-4",) if batch == 1 else ()) if name == first_name else ())
+        runs += [(f"{name}/{variant}", drafter, variant) for variant in variants]
+    runs = [run for run in runs if run[0] not in skip]
+    out = {label: {"rounds_ms": []} for label, _, _ in runs}
+    run_variant(target, None, "generate", ids, mask, 8)
+    first = {}
+    for label, drafter, variant in runs[:1] + [run for run in runs if run[0] == f"{first_name}/default"]:
+        first[label] = timed_variant(target, drafter, variant, ids, mask, new_tokens, device)[0]
+    for label, drafter, variant in runs:
+        if label not in first:
+            run_variant(target, drafter, variant, ids, mask, new_tokens)
+    for round_ in range(rounds):
+        for label, drafter, variant in runs if round_ % 2 == 0 else runs[::-1]:
+            try:
+                ms, stats = timed_variant(target, drafter, variant, ids, mask, new_tokens, device)
+            except Exception as error:  # one label's failure (say, assisted generation's) leaves the others' rows
+                out[label]["error"] = f"{type(error).__name__}: {error}"[:300]
+                continue
+            out[label]["rounds_ms"].append(ms)
+            if stats is not None:
+                out[label].update(tokens_per_forward=stats.tokens_per_step, target_forwards=stats.target_forwards,
+                                  alpha=stats.acceptance_rate, draft_lengths=stats.draft_lengths.tolist(),
+                                  tree_sizes=stats.tree_sizes.tolist())
+        print(f"[batch {batch}: round {round_ + 1} of {rounds} done]", flush=True)
+    plain = out["generate"]["rounds_ms"]
+    for label, row in out.items():
+        if len(row["rounds_ms"]) == len(plain):
+            row["vs_generate"] = _spread([ms / p for ms, p in zip(row["rounds_ms"], plain)])
+    summary = {"first_call_ms": first}
+    if len(first) == 2:  # the default's first call, relative to plain, over its later calls' median
+        later = out[f"{first_name}/default"].get("vs_generate", {}).get("median")
+        if later:
+            summary["first_vs_later"] = later / (first[f"{first_name}/default"] / first["generate"])
+    fixed = {label: row for label, row in out.items() if label.split("/")[-1] in FIXED and "vs_generate" in row}
+    default = out.get(f"{first_name}/default", {})
+    if fixed and "vs_generate" in default:
+        best = min(fixed, key=lambda label: fixed[label]["vs_generate"]["median"])
+        summary.update(best_fixed=best, default_vs_best=_spread(
+            [d / b for d, b in zip(default["rounds_ms"], fixed[best]["rounds_ms"])]))
+    summary["policy_costs"] = {name: default_policy_costs(target, drafter, batch, ids.device)
+                               for name, drafter in drafters.items()}
+    out["summary"] = summary
     return out
 
 
 def table_default(name, results) -> str:
-    lines = [f"\n#### {name}: ms per generated token (delta of a long and a short call), tokens per target forward\n",
-             "batch | drafter | variant | ms/token | x gen | tok/fwd | alpha | drafted hist (long call)",
+    lines = [f"\n#### {name}: whole calls, x plain generate() in the same round (median, range), tokens per target "
+             "forward\n", "batch | label | ms (median) | x generate | range | tok/fwd | alpha | drafted hist (last call)",
              "---|---|---|---|---|---|---|---"]
     for batch, result in results.items():
-        plain = result["generate"]["ms_per_token"]
         for label, row in result.items():
-            if "/summary" in label or not isinstance(row, dict) or "ms_per_token" not in row:
+            if label == "summary" or not isinstance(row, dict) or "rounds_ms" not in row:
                 continue
-            drafter, _, variant = label.rpartition("/")
+            if "vs_generate" not in row:
+                lines.append(f"{batch} | {label} | {row.get('error', 'no rounds')} |||||")
+                continue
+            ratio = row["vs_generate"]
             alpha = f"{row['alpha']:.2f}" if "alpha" in row else ""
             hist = row.get("draft_lengths", "")
             if row.get("tree_sizes") and sum(row["tree_sizes"]):
                 hist = f"{hist} trees {row['tree_sizes']}"
-            lines.append(f"{batch} | {drafter or '-'} | {variant} | {row['ms_per_token']:.2f} | "
-                         f"{row['ms_per_token'] / plain:.2f} | {row['tokens_per_forward']:.2f} | {alpha} | {hist}")
-    lines += ["", "batch | drafter | default / generate | best chain | default / best chain | best chain / generate",
-              "---|---|---|---|---|---"]
-    for batch, result in results.items():
-        for label, summary in result.items():
-            if label.endswith("/summary"):
-                lines.append(f"{batch} | {label[:-8]} | {summary['default_vs_generate']:.3f} | {summary['best_chain']} | "
-                             f"{summary['default_vs_best_chain']:.3f} | {summary['best_chain_vs_generate']:.3f}")
+            lines.append(f"{batch} | {label} | {statistics.median(row['rounds_ms']):.0f} | {1 / ratio['median']:.3f} | "
+                         f"{1 / ratio['high']:.3f}-{1 / ratio['low']:.3f} | {row.get('tokens_per_forward', 1.0):.2f} | "
+                         f"{alpha} | {hist}")
     lines.append("")
     for batch, result in results.items():
-        for label, summary in result.items():
-            if label.endswith("/summary"):
-                lines.append(f"- batch {batch}, {label[:-8]}: default policy's costs {json.dumps(summary['policy_costs'], default=str)}")
+        summary = result.get("summary", {})
+        if "default_vs_best" in summary:
+            spread = summary["default_vs_best"]
+            lines.append(f"- batch {batch}: default / best fixed ({summary['best_fixed']}) speed "
+                         f"{1 / spread['median']:.3f} ({1 / spread['high']:.3f}-{1 / spread['low']:.3f})")
+        if "first_vs_later" in summary:
+            lines.append(f"- batch {batch}: the default's first call runs {summary['first_vs_later']:.3f} as fast, "
+                         f"relative to plain, as its later calls (first calls ms {summary['first_call_ms']})")
+        lines.append(f"- batch {batch}: the default's measured costs {json.dumps(summary.get('policy_costs'))}")
     if any(r.get("warnings") for r in results.values()):
         lines.append(f"- warnings: {[r.get('warnings') for r in results.values()]}")
     return "\n".join(lines)
@@ -595,10 +618,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="rounds of the loop timings")
     parser.add_argument("--long", type=int, default=64, help="new tokens of the long loop-timing call")
     parser.add_argument("--short", type=int, default=16, help="new tokens of the short loop-timing call")
+    parser.add_argument("--new-tokens", type=int, default=128, help="new tokens of the default section's calls")
     parser.add_argument("--exact-tokens", type=int, default=48)
     parser.add_argument("--trunc-layers", type=int, default=4, help="layers of the 'trunc' drafter (default section)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="loop section: the variants to time")
-    parser.add_argument("--skip", default="", help="default section: labels not to run, e.g. random/chain-2,random/chain-4")
+    parser.add_argument("--skip", default="", help="default section: labels not to run, e.g. trunc/assisted-4,random/default")
     parser.add_argument("--tail-scale", type=float, default=0.05,
                         help="the default section's target: its layers after --trunc-layers write this share (1: as built)")
     parser.add_argument("--out", default=None, help="folder for costs.json (default: print only)")
@@ -608,6 +632,8 @@ def main() -> None:
     results = {"env": environment(device), "args": vars(args)}
     print(json.dumps(results["env"]), flush=True)
     out_path = os.path.join(args.out, "costs.json") if args.out else None
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
 
     def save():
         if out_path:
@@ -663,24 +689,19 @@ def main() -> None:
             first = 1 if quick else args.trunc_layers
             if args.tail_scale != 1:
                 scale_tail(target, first, args.tail_scale)
-            drafters = {"random": drafter, "self": target, "trunc": truncated(target, first)}
+            drafters = {"trunc": truncated(target, first), "random": drafter}
             res["default"] = {"trunc_layers": first, "tail_scale": args.tail_scale, "batches": {}}
             for batch in map(int, args.batches.split(",")):
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     result = default_vs_plain(target, drafters, batch, device, 2 if quick else args.reps,
-                                              16 if quick else args.long, 4 if quick else args.short,
+                                              16 if quick else args.new_tokens,
                                               skip=set(filter(None, args.skip.split(","))))
                 # Warnings of generate() during the section, e.g. "Unfeasible length constraints"
                 result["warnings"] = dict(Counter(str(w.message)[:120] for w in caught if "synchroniz" not in str(w.message)))
-                result["forward_ms"] = forward_costs(target, batch, device, (1,), 10, CONTEXT)["hf"][1]
                 res["default"]["batches"][batch] = result
                 save()
-            print(table_default(name, res["default"]["batches"]), flush=True)
-            for batch, result in res["default"]["batches"].items():
-                print(f"batch {batch}: forward v(1) {result['forward_ms']:.2f} ms; warnings {result['warnings']}", flush=True)
-            if args.tail_scale != 1:  # the other sections time the target as built
-                target = build(shape, torch.bfloat16, device, seed=0)
+                print(table_default(name, {batch: result}), flush=True)
         if "exact" in sections:
             res["exact"] = {}
             for dtype in (torch.float32, torch.bfloat16):
