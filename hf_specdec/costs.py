@@ -15,8 +15,9 @@ from collections import deque
 
 import torch
 
-#: Steps remembered per (part, kind, size), and needed to trust their median (which a few slow steps do not move).
-SAMPLES, TRUSTED = 15, 3
+#: Steps remembered per (part, kind, size); needed to trust their median (a few slow steps do not move it); the setting's
+#: steps a size's last sample counts for (then it is unmeasured again, priced to be tried: slow steps never price for good).
+SAMPLES, TRUSTED, AGE = 15, 3, 256
 CALLS, FADE = 16, 0.99  # calls whose acceptance a setting remembers; the share of a shape's delivery kept per step
 
 
@@ -24,12 +25,12 @@ class StepCosts:
     """Milliseconds of the loop's steps at one setting: drafting `depth` levels and verifying `width` tokens per row,
     for chains (a plain step is a chain of 0) and trees, and what its recent calls accepted (`accepted`, `ranks`). A
     size's first step is no sample; a size is priced by the median of its latest SAMPLES steps (under TRUSTED: at most
-    what the trusted sizes say), others by `_curve` up to twice the widest (pinned: not beyond). `StepCosts(verify_ms=
-    {1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs, ignoring what calls measure (the default then decides alike anywhere)."""
+    what the trusted sizes say; none in AGE steps: unmeasured), others by `_curve` up to twice the widest (pinned: not
+    beyond). `StepCosts(verify_ms={1: 20.0, 5: 24.0}, draft_ms=2.0)` pins costs, ignoring what calls measure."""
 
     def __init__(self, verify_ms: dict[int, float] | None = None, draft_ms: float | None = None):
         self.pinned, self._lock = verify_ms is not None, threading.Lock()  # pinned: `record`, `remember` change nothing
-        self._samples, self._medians = {}, {}  # (part, kind, size) -> its latest steps' ms; -> (trusted, their median)
+        self._samples, self._medians, self._steps = {}, {}, 0  # size -> latest ms; -> (trusted, median, when); steps
         self._median: dict[tuple, float] = {}  # (part, kind, size) -> ms; replaced whole, read without the lock
         self.accepted: tuple[tuple, ...] = ()  # the setting's recent calls' (hits, trials) of rank-1 drafts by depth
         self.ranks, self.odds = (), None  # the last call's tree children by rank; drafts by band (`policy.odds_by_band`)
@@ -46,15 +47,18 @@ class StepCosts:
         if self.pinned:
             return
         with self._lock:
+            self._steps += 1
             for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
                 if key[2] and key not in self._samples:
                     self._samples[key] = deque(maxlen=SAMPLES)  # (a size's first step warms kernels: no sample)
                 elif key[2]:
                     (samples := self._samples[key]).append(ms)
-                    self._medians[key] = (len(samples) >= TRUSTED, statistics.median(samples))  # only what changed
-            trusted = {key: ms for key, (sure, ms) in self._medians.items() if sure}  # a size with fewer samples: by
+                    self._medians[key] = (len(samples) >= TRUSTED, statistics.median(samples), self._steps)
+            for key in [key for key, (_, _, last) in self._medians.items() if last < self._steps - AGE]:
+                self._samples[key].clear(), self._medians.pop(key)  # (not run for AGE steps: measured again when run)
+            trusted = {key: ms for key, (sure, ms, _) in self._medians.items() if sure}  # a size with fewer samples: by
             self._median = {key: ms if sure else min(ms, _curve(trusted, *key) or ms)  # them, never above what the
-                            for key, (sure, ms) in self._medians.items()}  # trusted say (replaced whole)
+                            for key, (sure, ms, _) in self._medians.items()}  # trusted say (replaced whole)
 
     def remember(self, accepted: tuple | None, ranks: tuple, odds: torch.Tensor | None = None) -> None:
         """A finished call's (hits, trials) of rank-1 drafts by depth (None: too few drafts to say), its tree children's
@@ -75,8 +79,7 @@ class StepCosts:
         """Milliseconds of a step drafting `shape` (a `policy.Shape`; None: a plain step), or None while unpriced."""
         kind = "chain" if shape is None or shape.top_k == 0 else "tree"
         width, depth = (1, 0) if shape is None else (shape.width, shape.depth)
-        table = self._median
-        verify = _curve(table, "verify", kind, width, reach=1 if self.pinned else 2)
+        verify = _curve(table := self._median, "verify", kind, width, reach=1 if self.pinned else 2)  # (one read)
         return None if verify is None else verify + (_curve(table, "draft", kind, depth) if depth else 0.0)
 
     def measured(self) -> dict[tuple, float]:
@@ -108,10 +111,8 @@ def _curve(table: dict, part: str, kind: str, size: int, reach: int = 0) -> floa
 
 def _line(points: dict[int, float], size: int) -> float | None:
     """Linear between two measured points (never falling); beyond them as the nearest: optimistic, so it is tried."""
-    if not points:
-        return None
-    if size in points:
-        return points[size]
+    if not points or size in points:
+        return points.get(size)
     below, above = [w for w in points if w < size], [w for w in points if w > size]
     if not below or not above:
         return points[max(below) if below else min(above)]

@@ -171,9 +171,8 @@ class Schedule:
     def __init__(self, policy: DraftPolicy, batch_size: int, device: torch.device):
         self.policy, self.lengths = policy, policy.initial_lengths(batch_size, device)  # lengths: [batch] long
         self.tree = tree = policy if isinstance(policy, TreeDraftPolicy) else None  # (a tree policy drafts itself)
-        self.max_depth = policy.max_gamma  # most drafts a step may accept
+        self.max_depth, self.max_rank = policy.max_gamma, policy.top_k if tree else 1  # most drafts accepted; children
         self.max_width = policy.max_nodes + 1 if tree else policy.max_gamma + 1  # most tokens a step verifies per row
-        self.max_rank = policy.top_k if tree else 1  # most children per tree node
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
         """The drafter's agreement with the target on each row's prompt over `positions` tokens (if `wants_prior`)."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tiny_models
-from hf_specdec.costs import FADE, StepCosts, reset_costs
+from hf_specdec.costs import AGE, FADE, StepCosts, reset_costs
 from hf_specdec.policy import (
     DELIVERY_PRIOR, MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Schedule, Shape, TreeDraftPolicy, best_shape,
     expected_tokens, odds_by_band, record_evidence,
@@ -611,6 +611,28 @@ def test_a_size_with_few_samples_is_priced_by_them_but_never_above_what_the_trus
     costs.record("chain", 5, 6, 5.0, 22.0)  # one cheap step prices width 6 by it (optimism its next steps
     assert costs.estimate(Shape(0, 5, 5)) == pytest.approx(22.0 + 5.0)  # correct); width 4 keeps its own
     assert costs.estimate(Shape(0, 3, 3)) == pytest.approx(24.0 + 3.0)
+
+
+def test_a_size_measured_slow_is_measured_again_once_it_sat_out_age_steps():
+    """On a GPU a drafter's first steps in a process ran far slower than later ones (kernels loading): priced by them,
+    the default never drafted again, and so never measured again. A size none of whose samples is among the setting's
+    last AGE steps is unmeasured again: priced from the sizes measured since, so it is tried, and priced as it runs."""
+    costs = StepCosts()
+    _ran(costs, "chain", 0, 1, 0.0, 20.0)
+    _ran(costs, "chain", 1, 2, 600.0, 21.0)  # drafting a level measured 600 ms: three slow samples, trusted
+    schedule = _schedule(costs)
+    schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
+    assert _depth(schedule) == 0 and costs.estimate(Shape(0, 1, 1)) == 621.0
+    for step in range(AGE + 32):
+        costs.record("chain", 0, 1, 0.0, 20.0)
+        _step(schedule, 0, 0)
+        if step < AGE - 4:  # (the slow samples count for AGE steps: until then the plain steps are right)
+            assert _depth(schedule) == 0
+    assert ("draft", "chain", 1) not in costs.measured() and ("verify", "chain", 1) in costs.measured()
+    assert _depth(schedule) > 0  # tried again: drafting is unpriced, so free until its next step says otherwise
+    costs.record("chain", 1, 2, 2.0, 21.0)  # a level costs 2 ms now: one sample prices it (no trusted size says more;
+    _step(schedule, 1, 1)  # width 2, one sample again, at most what the trusted plain step says)
+    assert costs.estimate(Shape(0, 1, 1)) == 20.0 + 2.0 and _depth(schedule) > 0
 
 
 def test_a_draft_nobody_accepts_never_pays_however_cheap_a_wider_forward_measured():
