@@ -323,8 +323,8 @@ def default_vs_plain(target, drafters: dict, batch: int, device: str, rounds: in
     """Whole greedy calls of `new_tokens` tokens, side by side: plain generate() twice (the second an A/A control),
     per drafter the default (and for the first drafter every FIXED shape, and at batch 1 transformers' assisted
     generation with 4 constant drafts), in `rounds` rounds taken in turns (every other round in reverse order).
-    Before the rounds, after an 8-token plain call that warms the kernels: the first drafter's default's first call of
-    the setting right after a plain one, then one untimed call of every other label. Per label: ms per round, its
+    Before the rounds, after a plain call that warms plain's kernels: the first drafter's default's first call of the
+    setting right after a timed plain one, then one untimed call of every other label. Per label: ms per round, its
     ratio to generate()'s in the same round, tokens per target forward and the drafted lengths of the last call.
     `skip`: labels ("random/default") not to run."""
     ids, mask = prompts(target.config.vocab_size, batch, CONTEXT, device, padded=False, pad=target.config.pad_token_id)
@@ -335,7 +335,7 @@ def default_vs_plain(target, drafters: dict, batch: int, device: str, rounds: in
         runs += [(f"{name}/{variant}", drafter, variant) for variant in variants]
     runs = [run for run in runs if run[0] not in skip]
     out = {label: {"rounds_ms": []} for label, _, _ in runs}
-    run_variant(target, None, "generate", ids, mask, 8)
+    run_variant(target, None, "generate", ids, mask, new_tokens)  # (a cold first call: 11 s, later ones 3 s)
     first = {}
     for label, drafter, variant in runs[:1] + [run for run in runs if run[0] == f"{first_name}/default"]:
         first[label] = timed_variant(target, drafter, variant, ids, mask, new_tokens, device)[0]
