@@ -1,14 +1,14 @@
 """The default when a setting's first drafting steps run slow (kernels loading on a GPU, a busy spell on a CPU), replayed.
 
-`replay_default.py` drives the default's schedule over recorded greedy outcomes at fixed step costs; here a setting's
-first `--slow-steps` drafting steps are heard `--slow` times their cost, with the step costs' ageing
-(`hf_specdec.costs.AGE`) as shipped and switched off. Two kinds of recording:
+`replay_default.py` drives the default's schedule over recorded greedy outcomes at fixed step costs; here with the step
+costs' ageing (`hf_specdec.costs.AGE`) as shipped and switched off, on two kinds of recording:
 
 - `gpu`: synthetic chain outcomes at the acceptance of the 8B-shaped GPU pair (docs/results.md, "The default on a GPU"),
   0.73 at depth 1 falling to 0.62 at depth 6 (seeded), priced at step costs read off that run's fixed-shape calls:
-  plain 23.4 ms, verifying 2-7 tokens 24-25.5 ms, drafting 11 ms plus 4.2 ms a level.
-- the recordings named by `--recordings` (the CPU ones in benchmarks/data), each process answering their prompts
-  `--laps` times over, with `Noise` as `replay_default.py --noise 0.05 0.03 1.4`.
+  plain 23.4 ms, verifying 2-7 tokens 24-25.5 ms, drafting 11 ms plus 4.2 ms a level; heard with 5 % log-normal
+  noise, and each process's first 0, 3 or 10 drafting steps 50 or 3 times slow (`replay_default.Noise`'s `cold`).
+- the CPU recordings of RECORDINGS (benchmarks/data), each process answering their prompts `--laps` times over, heard
+  as `replay_default.py --noise 0.05 0.03 1.4`.
 
     python benchmarks/replay_cold_start.py --out benchmarks/data/replay_cold_start.json
 """
@@ -48,21 +48,13 @@ def gpu_recording(prompts: int = 8, tokens: int = 128, seed: int = 0) -> dict:
     return {"costs": GPU_COSTS, "prompts": out}
 
 
-def replay(data: dict, age: int, slow_steps: int, slow: float, processes: int, noise) -> dict:
-    """`replay_default.replay` with the setting's first `slow_steps` drafting steps heard `slow` times their cost."""
-    record, heard = costs.StepCosts.record, {}
-
-    def slowed(self, kind, depth, width, draft_ms, verify_ms):
-        if depth:
-            heard[id(self)] = heard.get(id(self), 0) + 1
-            draft_ms *= slow if heard[id(self)] <= slow_steps else 1.0
-        record(self, kind, depth, width, draft_ms, verify_ms)
-
-    shipped, costs.AGE, costs.StepCosts.record = costs.AGE, age, slowed
+def replay(data: dict, age: int, processes: int, noise: tuple) -> dict:
+    """`replay_default.replay` with the step costs' samples counting for `age` steps."""
+    shipped, costs.AGE = costs.AGE, age
     try:
         result = replay_default.replay(data, processes=processes, noise=noise)
     finally:
-        costs.AGE, costs.StepCosts.record = shipped, record
+        costs.AGE = shipped
     return {key: round(result[key], 4) for key in ("default", "best_ratio", "default_vs_best", "paired_geomean")} | {
         "best": result["best"]}
 
@@ -79,7 +71,7 @@ def main() -> None:
     for slow_steps, slow in ((0, 1.0), (3, 50.0), (3, 3.0), (10, 3.0)):
         for name, age in ages.items():
             rows.append({"recording": "gpu", "slow_steps": slow_steps, "slow": slow, "costs": name,
-                         **replay(gpu, age, slow_steps, slow, args.processes, (0.05, 0.0, 1.0))})
+                         **replay(gpu, age, args.processes, (0.05, 0.0, 1.0, slow_steps, slow))})
             print(json.dumps(rows[-1]), flush=True)
     data_dir = Path(__file__).resolve().parent / "data"
     for recording in RECORDINGS:
@@ -87,7 +79,7 @@ def main() -> None:
         data["prompts"] = data["prompts"] * args.laps
         for name, age in ages.items():
             rows.append({"recording": recording, "slow_steps": 0, "slow": 1.0, "costs": name,
-                         **replay(data, age, 0, 1.0, args.processes, (0.05, 0.03, 1.4))})
+                         **replay(data, age, args.processes, (0.05, 0.03, 1.4))})
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"command": " ".join(sys.argv), "age": costs.AGE, "rows": rows}, indent=1))

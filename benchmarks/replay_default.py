@@ -242,14 +242,22 @@ class Truth:
 class Noise:
     """What a busy machine does to the step times the default hears: each step a log-normal factor (`sigma`), and
     slow stretches: with probability `switch` a step enters or leaves one, in which every step takes `slow` times as
-    long (seen on a shared Zen 5: a cached forward's time moved by half for seconds at a time)."""
+    long (seen on a shared Zen 5: a cached forward's time moved by half for seconds at a time); and a setting's first
+    `cold` drafting steps, whose drafting takes `cold_slow` times as long (on a GPU: kernels loading)."""
 
-    def __init__(self, seed: int, sigma: float = 0.0, switch: float = 0.0, slow: float = 1.0):
+    def __init__(self, seed: int, sigma: float = 0.0, switch: float = 0.0, slow: float = 1.0, cold: float = 0,
+                 cold_slow: float = 1.0):
         self.random, self.sigma, self.switch, self.slow, self.slowed = random.Random(seed), sigma, switch, slow, False
+        self.cold, self.cold_slow = int(cold), cold_slow
 
     def factor(self) -> float:
         self.slowed ^= self.random.random() < self.switch
         return (self.slow if self.slowed else 1.0) * self.random.lognormvariate(0.0, self.sigma)
+
+    def draft_factor(self) -> float:
+        """A drafting step's further factor on its drafting time: `cold_slow` for the setting's first `cold`."""
+        self.cold -= 1
+        return self.cold_slow if self.cold >= 0 else 1.0
 
 
 def _default_ms(prompt: dict, policy, costs: StepCosts, table: Truth, noise: Noise | None, shapes: dict,
@@ -278,7 +286,8 @@ def _default_ms(prompt: dict, policy, costs: StepCosts, table: Truth, noise: Noi
             width = 1 if shape is None else shape.width
             draft = table.part("draft", kind, depth)
             factor = noise.factor() if noise else 1.0
-            costs.record(kind, depth, width, draft * factor, (step_ms - draft) * factor)
+            cold = noise.draft_factor() if noise and depth else 1.0
+            costs.record(kind, depth, width, draft * factor * cold, (step_ms - draft) * factor)
         drafted = drafted or shape is not None
         key = "plain" if shape is None else f"tree {shape.top_k}/{shape.depth}/{shape.nodes}" if shape.top_k \
             else f"chain {shape.depth}"
@@ -292,10 +301,11 @@ def _default_ms(prompt: dict, policy, costs: StepCosts, table: Truth, noise: Noi
     return ms
 
 
-def replay(data: dict, policy=None, processes: int = 1, noise: tuple[float, float, float] = (0.0, 0.0, 1.0),
+def replay(data: dict, policy=None, processes: int = 1, noise: tuple[float, ...] = (0.0, 0.0, 1.0),
            path_stop: bool = True) -> dict:
     """Each process: fresh costs, a warm-up call on prompt 0, then every prompt once: per prompt the default's and each
-    fixed shape's ms; the ratios over processes as the bench pools them (median over prompt calls)."""
+    fixed shape's ms; the ratios over processes as the bench pools them (median over prompt calls). `noise`: `Noise`'s
+    arguments after the seed."""
     policy = policy or CostAwareDraftPolicy()
     table = Truth(data["costs"])
     fixed = {"plain": None, **{name: Shape(0, g, g) if isinstance(g, int) else Shape(g.top_k, g.max_depth, g.max_nodes)
@@ -305,7 +315,7 @@ def replay(data: dict, policy=None, processes: int = 1, noise: tuple[float, floa
     fixed_ms = [{name: _fixed_ms(prompt, shape, table) for name, shape in fixed.items()} for prompt in data["prompts"]]
     ratios, shapes = {"default": [], **{name: [] for name in fixed if name != "plain"}}, {}
     for process in range(processes):
-        costs, heard = StepCosts(), Noise(process, *noise) if any(noise[:2]) else None
+        costs, heard = StepCosts(), Noise(process, *noise) if any(noise[:2]) or any(noise[3:4]) else None
         _default_ms(data["prompts"][0], policy, costs, table, heard, {}, path_stop)  # the warm-up call
         for prompt, ms in zip(data["prompts"], fixed_ms):
             ratios["default"].append(ms["plain"] / _default_ms(prompt, policy, costs, table, heard, shapes, path_stop))
