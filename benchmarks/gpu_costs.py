@@ -340,15 +340,15 @@ def default_vs_plain(target, drafters: dict, batch: int, device: str, rounds: in
     for label, drafter, variant in runs[:1] + [run for run in runs if run[0] == f"{first_name}/default"]:
         first[label] = timed_variant(target, drafter, variant, ids, mask, new_tokens, device)[0]
     for label, drafter, variant in runs:
-        if label not in first:
-            run_variant(target, drafter, variant, ids, mask, new_tokens)
+        try:
+            if label not in first:
+                run_variant(target, drafter, variant, ids, mask, new_tokens)
+        except Exception as error:  # a label that fails (say, assisted generation) leaves the others' rows
+            out[label]["error"] = f"{type(error).__name__}: {error}"[:300]
+    runs = [run for run in runs if "error" not in out[run[0]]]
     for round_ in range(rounds):
         for label, drafter, variant in runs if round_ % 2 == 0 else runs[::-1]:
-            try:
-                ms, stats = timed_variant(target, drafter, variant, ids, mask, new_tokens, device)
-            except Exception as error:  # one label's failure (say, assisted generation's) leaves the others' rows
-                out[label]["error"] = f"{type(error).__name__}: {error}"[:300]
-                continue
+            ms, stats = timed_variant(target, drafter, variant, ids, mask, new_tokens, device)
             out[label]["rounds_ms"].append(ms)
             if stats is not None:
                 out[label].update(tokens_per_forward=stats.tokens_per_step, target_forwards=stats.target_forwards,

@@ -171,7 +171,7 @@ class Schedule:
     def __init__(self, policy: DraftPolicy, batch_size: int, device: torch.device):
         self.policy, self.lengths = policy, policy.initial_lengths(batch_size, device)  # lengths: [batch] long
         self.tree = tree = policy if isinstance(policy, TreeDraftPolicy) else None  # (a tree policy drafts itself)
-        self.max_depth, self.max_rank = policy.max_gamma, policy.top_k if tree else 1  # most drafts accepted; children
+        self.max_depth, self.max_rank = policy.max_gamma, policy.top_k if tree else 1  # drafts accepted, children a node
         self.max_width = policy.max_nodes + 1 if tree else policy.max_gamma + 1  # most tokens a step verifies per row
 
     def set_prior(self, agreement: torch.Tensor, positions: torch.Tensor) -> None:
