@@ -296,8 +296,7 @@ class AdaptiveSchedule(Schedule):
             streak, still = self.steps - self._evidence_at, not self.policy.exploration and not self._evidence_at
             if still or (streak & (streak - 1) and streak % 16):  # priced: decided again after 1, 2, 4, 8, 16, 32, ...
                 return  # (never, where no draft was made and no bonus can change the decision)
-        rows = active.cpu()
-        row_drafts = num_drafted.cpu() * rows  # [batch]
+        row_drafts = num_drafted.cpu() * (rows := active.cpu())  # [batch]
         if bool(row_drafts.any()):
             accepted, drafting = num_accepted.cpu(), row_drafts.nonzero().flatten().tolist()
             shape, alphas = self._planned  # what the step committed against what its plan's estimates promised
@@ -350,7 +349,8 @@ class AdaptiveSchedule(Schedule):
         self._depth = 0 if shape is None or shape.top_k else self.policy.max_gamma if scored else shape.depth
         if self._depth and single:  # the row drafts on while its odds, times the next draft's acceptance, buy a level's
             plain, row = self.costs.estimate(None), alphas[int(self._rows.nonzero())]  # ms at the step's tokens per ms;
-            level = ((self.costs.estimate(self.menu[self.policy.max_gamma - 1]) or plain) - plain) / self.policy.max_gamma
+            deepest = next(s for s in self.menu[self.policy.max_gamma - 1:: -1] if self.costs.estimate(s) is not None)
+            level = (self.costs.estimate(deepest) - plain) / deepest.depth  # (per level of the deepest priced chain)
             worth = level * expected_tokens([row], self.ranks(), shape)[0] / self._cost(shape)  # a call of one row reads
             alone, second = len(self._rows) == 1, row[min(1, len(row) - 1)]  # a deeper depth where above depth 2's
             self.path_stop = (tuple(worth / max(second, a * alone) for a in row[1:] or row), odds_by_band(self._odds))

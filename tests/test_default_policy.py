@@ -414,7 +414,7 @@ def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
 
 
 def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
-    """The path stop: a level costs the widest chain's ms over plain's per level; after d drafts a row drafts on while
+    """The path stop: a level costs the deepest priced chain's ms over plain's per level; after d drafts a row drafts on while
     the drafter's odds that all d are accepted, times the next draft's acceptance, buy that level at the planned step's
     tokens per ms: a floor for each d. Cheap levels (width free, drafting 2 % of a step): low floors, deep runs go on;
     dear ones (a draft 10 % of a step): high ones. The next draft is read at its depth's acceptance where that is above
@@ -453,6 +453,23 @@ def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
             assert len(set(batch.path_stop[0])) == 1  # one floor at every depth
         else:  # depth 3 always rejected: its floor stays at the second draft's
             assert alphas[2] < alphas[1] and after[1] == pytest.approx(after[0])
+
+
+def test_a_level_is_priced_by_the_deepest_chain_measured_so_far():
+    """A setting's first steps measure short chains only, so the longest chain is unpriced: a level then costs the
+    deepest priced chain's ms over plain's per level, and the row still stops where its odds stop paying (priced at
+    nothing, every row would draft the longest chain)."""
+    costs = StepCosts()
+    _ran(costs, "chain", 0, 1, 0.0, 20.0)  # plain steps and chains of 1 so far
+    _ran(costs, "chain", 1, 2, 2.0, 22.0)
+    assert costs.estimate(Shape(0, 6, 6)) is None and costs.estimate(Shape(0, 3, 3)) == pytest.approx(28.0)
+    schedule = _schedule(costs)
+    schedule.set_prior(torch.tensor([0.8]), torch.tensor([100]))
+    depth, alphas = _depth(schedule), schedule.alphas()
+    tokens = expected_tokens(alphas, schedule.ranks(), Shape(0, depth, depth))[0]
+    worth = (28.0 - 20.0) / 3 * tokens / costs.estimate(Shape(0, depth, depth))
+    assert depth and schedule.path_stop[0] == pytest.approx(tuple(worth / max(alphas[0][1], a) for a in alphas[0][1:]))
+    assert min(schedule.path_stop[0]) > 0.1
 
 
 def test_a_drafters_odds_are_read_at_what_its_drafts_were_worth_in_the_call():
