@@ -42,13 +42,13 @@ class StepCosts:
             self._median = {("draft", "chain", 1): float(draft_ms or 0.0),
                             **{("verify", "chain", int(width)): float(ms) for width, ms in verify_ms.items()}}
 
-    def record(self, kind: str, depth: int, width: int, draft_ms: float, verify_ms: float) -> None:
-        """One step of `kind` ("chain" or "tree") that drafted `depth` levels and verified `width` tokens per row."""
+    def record(self, kind: str, depth: int, width: int, draft_ms: float | None, verify_ms: float) -> None:
+        """A step of `kind` ("chain", "tree") that drafted `depth` levels (`draft_ms` None: no sample), verified `width`."""
         if self.pinned:
             return
         with self._lock:
             self._steps += 1
-            for key, ms in ((("draft", kind, depth), draft_ms), (("verify", kind, width), verify_ms)):
+            for key, ms in ((("draft", kind, draft_ms and depth), draft_ms), (("verify", kind, width), verify_ms)):
                 if key[2] and key not in self._samples:
                     self._samples[key] = deque(maxlen=SAMPLES)  # (a size's first step warms kernels: no sample)
                 elif key[2]:

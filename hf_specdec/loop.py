@@ -106,8 +106,9 @@ def speculative_decode(
     )
     whole = None  # every row's state for generate()'s output, once the loop runs on a subset of the rows
     num_left = batch  # active rows when the batch last considered dropping rows
-    timed = None  # (kind, depth, width, rows, draft ms, when verifying began) of the last step, recorded at the next
+    timed = None  # (kind, depth, width, rows, draft ms or None, when verifying began) of the last step, recorded at the next
     prefill, drafted = True, False  # drafted: whether a step drafted yet (the drafter's first one reads the prompt too)
+    fed_before = False  # whether the step before drafted (the drafter is caught up but for its last verification)
     while True:
         # 1. Which rows still generate (the step's one host sync: on a GPU it waits for the device, so the time from
         # here to the next step's sync is the step's wall time).
@@ -207,8 +208,10 @@ def speculative_decode(
             kind = "tree" if step.nodes is not None else "chain"
             depth = min(tree.max_depth, int(room[active].max())) if kind == "tree" else step.width - 1
             if kind == "chain" or depth:  # (a tree of the root alone, where no row had room, prices no shape)
-                timed = (kind, depth, step.width, len(lens), (step.drafted_at - started) * 1e3, step.drafted_at)
-        prefill, drafted = False, drafted or fed_drafts
+                # After plain steps a drafter first catches up on their tokens: that drafting time prices no level.
+                draft_ms = (step.drafted_at - started) * 1e3 if fed_before else None
+                timed = (kind, depth, step.width, len(lens), draft_ms, step.drafted_at)
+        prefill, drafted, fed_before = False, drafted or fed_drafts, fed_drafts
 
     if whole is not None:  # every row again, for the output
         whole = Rows.store(whole, sequences, lens, flagged, done_at, plain_steps)

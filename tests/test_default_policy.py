@@ -10,8 +10,8 @@ import torch
 import tiny_models
 from hf_specdec.costs import AGE, FADE, StepCosts, reset_costs
 from hf_specdec.policy import (
-    DELIVERY_PRIOR, MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, Schedule, Shape, TreeDraftPolicy, best_shape,
-    expected_tokens, odds_by_band, record_evidence,
+    DELIVERY_PRIOR, MAX_WEIGHT, PRIOR_WEIGHT, CostAwareDraftPolicy, DraftPolicy, Schedule, Shape, TreeDraftPolicy,
+    best_shape, expected_tokens, odds_by_band, record_evidence,
 )
 from hf_specdec.tree import tree_outcomes
 from hf_specdec.verify import agreement
@@ -837,8 +837,6 @@ def test_a_calls_first_drafting_step_prices_no_shape(target, partial_drafter, mo
     audio: a chain of 3 in 145-228 ms, 45-48 ms later): that step's time is no sample of the shape it drafted."""
     import time
 
-    from hf_specdec.policy import DraftPolicy
-
     @dataclass(frozen=True, kw_only=True)
     class Timed(DraftPolicy):  # a plain prefill, then chains of 2 (as the default's calls after a setting's first)
         def start(self, batch_size, device, **call):
@@ -894,3 +892,31 @@ def test_a_tree_step_is_priced_by_the_levels_it_drafted_not_by_its_deepest_kept_
     trees = [(depth, levels) for kind, depth, width, levels in recorded[1:] if kind == "tree"]  # (the first: the prefill's too)
     assert trees and all(depth == levels for depth, levels in trees), recorded
     assert any(depth == 4 for depth, _ in trees)
+
+
+def test_drafting_right_after_plain_steps_prices_no_level(target, partial_drafter, monkeypatch):
+    """After plain steps a drafter first catches up on their tokens in its first forward (the shipped head after 16-32
+    plain steps: 1.6-2.3x a level's ms on a Zen 3): that step's drafting time is no sample, its verification is."""
+    @dataclass(frozen=True, kw_only=True)
+    class Timed(DraftPolicy):  # plain, a chain of 1 (after a plain step), a chain of 2 (after a drafting one), ...
+        def start(self, batch_size, device, **call):
+            return TimedSchedule(self, batch_size, device)
+
+        def initial_lengths(self, batch_size, device):
+            return torch.zeros(batch_size, dtype=torch.long, device=device)
+
+        def next_lengths(self, lengths, active, num_drafted, num_accepted):
+            return (lengths + 1) % 3
+
+    recorded = []
+    monkeypatch.setattr(StepCosts, "record", lambda self, kind, depth, width, draft_ms, verify_ms: recorded.append(
+        (depth, draft_ms, verify_ms)))
+    input_ids, mask = tiny_models.prompts(1, seed=5)
+    target.generate(input_ids, attention_mask=mask, max_new_tokens=24, do_sample=False, drafter=partial_drafter,
+                    gamma=Timed(max_gamma=2))
+    steps = list(zip(recorded, recorded[1:]))  # (the step before, the step)
+    after_plain = [step for before, step in steps if step[0] and not before[0]]
+    after_drafting = [step for before, step in steps if step[0] and before[0]]
+    assert after_plain and after_drafting, recorded
+    assert all(draft_ms is None and verify_ms > 0 for _, draft_ms, verify_ms in after_plain), recorded
+    assert all(draft_ms > 0 for _, draft_ms, _ in after_drafting), recorded
