@@ -271,7 +271,7 @@ def _default_ms(prompt: dict, policy, costs: StepCosts, table: Truth, noise: Noi
     schedule.update(one, zero, zero, None, False, 1)  # the prefill: plain
     if schedule.wants_prior and prompt["prior"]:
         schedule.set_prior(torch.tensor([prompt["prior"][0]]), torch.tensor([prompt["prior"][1]]))
-    state, ms, drafted = 1, prompt["prefill_ms"], False
+    state, ms, drafted, fed_before = 1, prompt["prefill_ms"], False, False
     while state < prompt["tokens"]:
         tree = schedule.tree
         shape = Shape(tree.top_k, tree.max_depth, tree.max_nodes) if tree is not None else (
@@ -287,8 +287,9 @@ def _default_ms(prompt: dict, policy, costs: StepCosts, table: Truth, noise: Noi
             draft = table.part("draft", kind, depth)
             factor = noise.factor() if noise else 1.0
             cold = noise.draft_factor() if noise and depth else 1.0
-            costs.record(kind, depth, width, draft * factor * cold, (step_ms - draft) * factor)
-        drafted = drafted or shape is not None
+            sampled = draft * factor * cold if fed_before else None  # (after plain steps: no sample, as the loop)
+            costs.record(kind, depth, width, sampled, (step_ms - draft) * factor)
+        drafted, fed_before = drafted or shape is not None, shape is not None
         key = "plain" if shape is None else f"tree {shape.top_k}/{shape.depth}/{shape.nodes}" if shape.top_k \
             else f"chain {shape.depth}"
         shapes[key] = shapes.get(key, 0) + 1

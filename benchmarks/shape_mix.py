@@ -99,7 +99,8 @@ def main() -> None:
         result["steps"][f"{name} {kind} {width}"] = dict(steps=len(ms), median_ms=round(statistics.median(ms), 2))
     parts = collections.defaultdict(list)
     for kind, depth, width, draft_ms, verify_ms, _ in heard:
-        parts[f"draft {kind} {depth}"].append(draft_ms)
+        if draft_ms is not None:  # (a step right after plain ones: no sample)
+            parts[f"draft {kind} {depth}"].append(draft_ms)
         parts[f"verify {kind} {width}"].append(verify_ms)
     result["default_heard"] = {key: dict(steps=len(ms), median_ms=round(statistics.median(ms), 2))
                                for key, ms in sorted(parts.items())}
