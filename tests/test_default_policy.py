@@ -414,11 +414,12 @@ def test_depth_pays_where_width_is_free_and_not_where_it_is_dear():
 
 
 def test_a_chains_rows_draft_on_while_their_odds_pay_for_one_more_level():
-    """The path stop: a level costs the deepest priced chain's ms over plain's per level; after d drafts a row drafts on while
-    the drafter's odds that all d are accepted, times the next draft's acceptance, buy that level at the planned step's
-    tokens per ms: a floor for each d. Cheap levels (width free, drafting 2 % of a step): low floors, deep runs go on;
-    dear ones (a draft 10 % of a step): high ones. The next draft is read at its depth's acceptance where that is above
-    the second draft's, else at the second's: a deeper depth, resting on fewer drafts, may lower a floor, not raise it."""
+    """The path stop: a level costs the deepest priced chain's ms over plain's per level; after d drafts a row drafts
+    on while the drafter's odds that all d are accepted, times the next draft's acceptance, buy that level at the
+    planned step's tokens per ms: a floor for each d. Cheap levels (width free, drafting 2 % of a step): low floors,
+    deep runs go on; dear ones (a draft 10 % of a step): high ones. The next draft is read at its depth's acceptance
+    where that is above the second draft's, else at the second's: a deeper depth, resting on fewer drafts, may lower
+    a floor, not raise it."""
     floors = []
     for costs in (WIDTH_FREE, CPU_LIKE):
         schedule = _schedule(costs)
