@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import default_vs_best as bench  # noqa: E402
-from step_costs_in_process import head_parser, head_setting, listen  # noqa: E402
+from step_costs_in_process import by_part, head_parser, head_setting, listen  # noqa: E402
 
 import hf_specdec  # noqa: E402
 from hf_specdec import loop, policy  # noqa: E402
@@ -97,13 +97,8 @@ def main() -> None:
               f"  {seconds / forwards * 1e3:6.1f} ms a forward  {tokens / seconds:6.2f} tokens/s")
     for (name, kind, width), ms in sorted(steps.items()):
         result["steps"][f"{name} {kind} {width}"] = dict(steps=len(ms), median_ms=round(statistics.median(ms), 2))
-    parts = collections.defaultdict(list)
-    for kind, depth, width, draft_ms, verify_ms, _ in heard:
-        if draft_ms is not None:  # (a step right after plain ones: no sample)
-            parts[f"draft {kind} {depth}"].append(draft_ms)
-        parts[f"verify {kind} {width}"].append(verify_ms)
     result["default_heard"] = {key: dict(steps=len(ms), median_ms=round(statistics.median(ms), 2))
-                               for key, ms in sorted(parts.items())}
+                               for key, ms in sorted(by_part(heard).items())}
     for key, value in result["default_heard"].items():
         print(f"the default heard {key}: {value['median_ms']} ms ({value['steps']} steps)")
     print("the default planned:", dict(shapes))

@@ -57,6 +57,17 @@ def listen() -> list[tuple]:
     return heard
 
 
+def by_part(heard: list[tuple]) -> dict[str, list[float]]:
+    """The ms of `listen`'s steps by part and size ("draft chain 2", "verify tree 9"), as the step costs keep them: a
+    step right after plain ones has no drafting sample."""
+    parts = collections.defaultdict(list)
+    for kind, depth, width, draft_ms, verify_ms, _ in heard:
+        parts[f"verify {kind} {width}"].append(verify_ms)
+        if draft_ms is not None:
+            parts[f"draft {kind} {depth}"].append(draft_ms)
+    return parts
+
+
 def main() -> None:
     args = head_parser(__doc__).parse_args()
     target, drafter, groups = head_setting(args.num_prompts)
@@ -67,16 +78,13 @@ def main() -> None:
     target.generate(**groups[0], max_new_tokens=args.new_tokens, do_sample=False, drafter=drafter)  # warm-up
     result = []
     for name, gamma in passes:
-        steps, wall = collections.defaultdict(list), 0.0
+        wall = 0.0
+        heard.clear()
         for inputs in groups:
-            heard.clear()
             start = time.perf_counter()
             target.generate(**inputs, max_new_tokens=args.new_tokens, do_sample=False, drafter=drafter, gamma=gamma)
             wall += time.perf_counter() - start
-            for kind, depth, width, draft_ms, verify_ms, _ in heard:
-                steps[f"verify {kind} {width}"].append(verify_ms)
-                if draft_ms is not None:  # (a step right after plain ones: no sample)
-                    steps[f"draft {kind} {depth}"].append(draft_ms)
+        steps = by_part(heard)
         medians = {key: round(statistics.median(ms), 1) for key, ms in sorted(steps.items()) if len(ms) >= 3}
         result.append({"pass": name, "wall_s": round(wall, 2), "median_ms": medians,
                        "steps": {key: len(ms) for key, ms in sorted(steps.items())}})
