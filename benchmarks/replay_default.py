@@ -16,6 +16,8 @@ costs the schedule hears. A change to the schedule replays in seconds; the bench
         --record benchmarks/data/replay_whisper_large.json   (encoder_decoder_speed.py's pair, fp32: chains only)
     python benchmarks/replay_default.py --shape whisper-large-v3 --num-prompts 8 --new-tokens 64 --cost-rounds 2 \
         --record benchmarks/data/replay_whisper_large_64.json   (the same pair, 8 inputs of 64 tokens)
+    python benchmarks/replay_default.py --dtype float32 --cost-rounds 3 --record benchmarks/data/replay_head_fp32_zen3.json
+        (the head in fp32 on an AVX2-only CPU, where verifying 2 tokens costs 1.6x a plain step)
     python benchmarks/replay_default.py --costs-only --cost-rounds 4 --record COPY_OF_A_RECORDING.json
         (the same outcomes priced at this machine's step costs; `costs_measured` names where and when)
 """
