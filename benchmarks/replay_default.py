@@ -20,6 +20,9 @@ costs the schedule hears. A change to the schedule replays in seconds; the bench
         (the head in fp32 on an AVX2-only CPU, where verifying 2 tokens costs 1.6x a plain step)
     python benchmarks/replay_default.py --costs-only --cost-rounds 4 --record COPY_OF_A_RECORDING.json
         (the same outcomes priced at this machine's step costs; `costs_measured` names where and when)
+    python benchmarks/replay_default.py --shape whisper-large-v3 --num-prompts 8 --new-tokens 64 --costs-only \
+        --cost-rounds 2 --record benchmarks/data/replay_whisper_large_64_zen3.json   (a copy of the 64-token recording,
+        priced on an AVX2-only Zen 3, fp32: verifying 2-7 tokens costs 1.14-1.71x a plain step)
 """
 
 from __future__ import annotations
