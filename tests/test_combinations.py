@@ -1,0 +1,155 @@
+"""Kwargs combined, batch shapes and drafters drawn at random (seeded): greedy fp32 output equal to plain generate()'s
+(sequences token for token; scores where asked), or a typed error before the target's first forward, and the model's
+generation_config unchanged, for decoder-only, text encoder-decoder and Whisper targets, on the call and its repeat
+(the repeat starts from what the first call's default learned).
+
+The catalog (test_kwargs.py) passes one kwarg at a time on one batch; these draw up to three together, on batches of
+1 to 5 rows of mixed lengths, with every policy kind."""
+
+import copy
+import random
+
+import pytest
+import torch
+from transformers import StoppingCriteriaList
+
+import tiny_models
+import tiny_seq2seq
+from hf_specdec import CostAwareDraftPolicy, DraftPolicy, FeatureDrafter, TreeDraftPolicy, errors
+from hf_specdec.distill.feature_head import build_feature_head
+
+EOS = tiny_models.EOS
+KWARGS = {  # each draws its values from the trial's random source
+    "min_new_tokens": lambda r: dict(min_new_tokens=r.randint(1, 12)),
+    "min_length": lambda r: dict(min_length=r.randint(5, 20)),
+    "no_repeat_ngram_size": lambda r: dict(no_repeat_ngram_size=r.randint(1, 3)),
+    "repetition_penalty": lambda r: dict(repetition_penalty=r.choice([0.8, 1.3, 2.0])),
+    "sequence_bias": lambda r: dict(sequence_bias={(5,): 3.0, (9, 14): -2.0}),
+    "bad_words_ids": lambda r: dict(bad_words_ids=[[5], [9, 14]]),
+    "suppress_tokens": lambda r: dict(suppress_tokens=[5, 9]),
+    "begin_suppress_tokens": lambda r: dict(begin_suppress_tokens=[5, 9]),
+    "forced_eos_token_id": lambda r: dict(forced_eos_token_id=EOS),
+    "exponential_decay_length_penalty": lambda r: dict(exponential_decay_length_penalty=(4, 1.5)),
+    "eos_token_id list": lambda r: dict(eos_token_id=[EOS, r.randint(3, 90)]),
+    "static cache": lambda r: dict(cache_implementation="static"),
+    "scores": lambda r: dict(output_scores=True, return_dict_in_generate=True),
+    "stopping_criteria": lambda r: dict(
+        stopping_criteria=StoppingCriteriaList([lambda ids, scores, **k: ids[:, -1] == 17])),
+    "ignored sampling flags": lambda r: dict(temperature=0.5, top_k=3),
+    "num_return_sequences": lambda r: dict(num_return_sequences=2),
+}
+SEQ2SEQ_KWARGS = ("min_new_tokens", "no_repeat_ngram_size", "repetition_penalty", "eos_token_id list", "scores",
+                  "suppress_tokens", "num_return_sequences")
+WHISPER_KWARGS = ("no_repeat_ngram_size", "repetition_penalty", "scores", "suppress_tokens")
+WHISPER_OPTIONS = ({}, dict(language="en"), dict(task="translate", language="de"), dict(return_timestamps=True))
+
+
+def _policy(r: random.Random):
+    """None (the default), or a fixed chain, a tree, transformers' heuristic, a confidence stop, a tuned default."""
+    return r.choice([
+        lambda: None,
+        lambda: r.randint(1, 7),
+        lambda: TreeDraftPolicy(top_k=r.randint(1, 4), max_depth=r.randint(1, 5), max_nodes=r.randint(1, 12)),
+        lambda: "auto",
+        lambda: DraftPolicy(max_gamma=r.randint(1, 6), min_confidence=r.random()),
+        lambda: CostAwareDraftPolicy(max_gamma=r.randint(1, 6), trees=r.random() < 0.5,
+                                     exploration=r.choice([0.0, 0.08, 1.0])),
+    ])()
+
+
+@pytest.fixture(scope="module")
+def models(target, partial_drafter, unrelated_drafter):
+    torch.manual_seed(0)
+    head = FeatureDrafter(build_feature_head(target, "eagle3", draft_vocab=list(range(3, tiny_models.VOCAB))))
+    text = {family: tiny_seq2seq.quiet_late_layers(tiny_seq2seq.text(family, seed=3)) for family in tiny_seq2seq.TEXT}
+    whisper = tiny_seq2seq.quiet_late_layers(tiny_seq2seq.whisper(seed=2))
+    return dict(
+        decoder=(target, [partial_drafter, unrelated_drafter, head, "prompt_lookup"]),
+        **{family: (model, [tiny_seq2seq.shallow(model), "prompt_lookup"]) for family, model in text.items()},
+        whisper=(whisper, [tiny_seq2seq.whisper_reader(whisper), tiny_seq2seq.shallow(whisper), "prompt_lookup"]),
+    )
+
+
+def _trial(r: random.Random, models) -> tuple:
+    """(target, generate() kwargs, drafter keywords) of one random call."""
+    kind = r.choice(["decoder"] * 3 + ["text", "whisper"])
+    batch, seed = r.randint(1, 5), r.randrange(1000)
+    kwargs = dict(max_new_tokens=r.randint(1, 24), do_sample=False)
+    if kind == "decoder":
+        ids, mask = tiny_models.prompts(batch, seed=seed, min_len=r.randint(1, 6), max_len=r.randint(6, 20))
+        kwargs.update(inputs=ids, attention_mask=mask)
+        names = r.sample(list(KWARGS), r.randint(0, 3))
+    elif kind == "text":
+        kind, batch = r.choice(tiny_seq2seq.TEXT), 1 if r.random() < 0.6 else batch  # (batches: refused, typed)
+        ids, mask = tiny_seq2seq.sources(batch, seed=seed)
+        kwargs.update(input_ids=ids, attention_mask=mask)
+        names = r.sample(SEQ2SEQ_KWARGS, r.randint(0, 2))
+    else:
+        kwargs.update(input_features=tiny_seq2seq.audio(batch, seed=seed), **r.choice(WHISPER_OPTIONS))
+        names = r.sample(WHISPER_KWARGS, r.randint(0, 2))
+    for name in names:
+        kwargs.update(KWARGS[name](r))
+    target, drafters = models[kind]
+    return target, kwargs, dict(drafter=r.choice(drafters), gamma=_policy(r))
+
+
+def _same(ours, plain) -> bool:
+    """Equal tokens, and equal scores within float error (-inf where plain has it), through Whisper's segments."""
+    if isinstance(plain, torch.Tensor):
+        return isinstance(ours, torch.Tensor) and ours.shape == plain.shape and (
+            torch.equal(ours, plain) if not plain.is_floating_point() else torch.allclose(ours, plain, atol=1e-4))
+    if hasattr(plain, "sequences") and not isinstance(plain, dict | list):
+        return _same(ours.sequences, plain.sequences) and _same(ours.scores, plain.scores)
+    if isinstance(plain, list | tuple):
+        return isinstance(ours, list | tuple) and len(ours) == len(plain) and all(map(_same, ours, plain))
+    if isinstance(plain, dict):  # (transformers' outputs too: ours adds speculative_stats, leaves past_key_values out)
+        keys = set(plain) - {"past_key_values"}
+        return keys <= set(ours) and all(_same(ours[key], plain[key]) for key in keys)
+    return ours == plain
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_combinations_equal_plain_generate_or_are_refused_first(models, seed):
+    r, outputs = random.Random(seed), 0
+    for _ in range(8):
+        target, kwargs, spec = _trial(r, models)
+        try:
+            plain, plain_error = target.generate(**kwargs), None
+        except Exception as error:  # noqa: BLE001 (what plain generate() does with it, whatever it is)
+            plain, plain_error = None, error
+        config = copy.deepcopy(target.generation_config.to_dict())
+        for _call in range(2):
+            forwards = []
+            hook = target.register_forward_hook(lambda *args: forwards.append(1))
+            try:
+                ours, ours_error = target.generate(**kwargs, **spec), None
+            except Exception as error:  # noqa: BLE001
+                ours, ours_error = None, error
+            finally:
+                hook.remove()
+            drafter = spec["drafter"] if isinstance(spec["drafter"], str) else type(spec["drafter"]).__name__
+            said = f"{type(target).__name__}, {sorted(kwargs)}, drafter {drafter}, gamma {spec['gamma']}"
+            assert target.generation_config.to_dict() == config, said
+            if ours_error is None:
+                assert plain_error is None, f"{said}: plain generate() raised {plain_error!r}"
+                assert _same(ours, plain), f"{said}: not plain generate()'s output"
+                outputs += 1
+            elif isinstance(ours_error, errors.SpeculativeError):
+                assert not forwards, f"{said}: refused after the target ran"
+            else:
+                assert plain_error is not None and type(ours_error) is type(plain_error), f"{said}: {ours_error!r}"
+    assert outputs >= 8, "most draws must decode, or the comparison checks little"
+
+
+def test_the_comparison_tells_a_different_token_and_a_different_score():
+    # The negative control for `_same`: a token changed anywhere, or a score beyond float error, is told apart.
+    tokens = torch.tensor([[5, 6, 7]])
+    scores = (torch.tensor([[0.5, -float("inf")]]),)
+    output = {"sequences": tokens, "segments": [[{"tokens": tokens[0], "result": {"scores": scores}}]]}
+    assert _same(copy.deepcopy(output), output)
+    changed = copy.deepcopy(output)
+    changed["segments"][0][0]["tokens"][1] = 9
+    assert not _same(changed, output)
+    shifted = copy.deepcopy(output)
+    shifted["segments"][0][0]["result"]["scores"] = (torch.tensor([[0.51, -float("inf")]]),)
+    assert not _same(shifted, output)
