@@ -152,10 +152,15 @@ def side_by_side(methods: dict, rounds: int, seed: int = 0) -> tuple[dict, dict,
 
 def paired(times: dict, name: str) -> dict:
     """`name`'s speed over plain generate()'s, round by round: the median and its 90 % interval (None: too few)."""
-    ratios = [plain / seconds for plain, seconds in zip(times["plain"], times[name])]
+    return _over(times["plain"], times[name], "x_plain")
+
+
+def _over(reference: list, seconds: list, name: str) -> dict:
+    """The median over rounds of `reference`'s time over `seconds`' (`name`), with its 90 % interval (None: too few)."""
+    ratios = [ref / sec for ref, sec in zip(reference, seconds)]
     bracket = median_interval(ratios)
-    return dict(x_plain=round(statistics.median(ratios), 3),
-                x_plain_interval=None if bracket is None else [round(value, 3) for value in bracket[:2]])
+    return {name: round(statistics.median(ratios), 3),
+            f"{name}_interval": None if bracket is None else [round(value, 3) for value in bracket[:2]]}
 
 
 def save(path: str, key: str, result: dict) -> None:
@@ -189,6 +194,9 @@ def main(argv=None) -> int:
     parser.add_argument("--inputs", type=int, default=1,
                         help="random inputs per batch size (seeds batch, batch + 1, ...); a method's call decodes each "
                              "in turn, its round time their sum")
+    parser.add_argument("--aa", action="store_true",
+                        help="also time plain generate() a second time: the A/A control, the spread two identical "
+                             "methods show in these rounds (`aa`, with its 90 %% interval)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
@@ -217,7 +225,8 @@ def main(argv=None) -> int:
         methods = {"plain": each(generate),
                    # The first token: the decoder's prompt and, at the Whisper shape, every layer's cross-attention keys
                    # and values over 1500 frames (a large share of a short call); every method pays it alike.
-                   "plain_first_token": each(generate, max_new_tokens=1)}
+                   "plain_first_token": each(generate, max_new_tokens=1),
+                   **({"plain_again": each(generate)} if args.aa else {})}
         for gamma in [None, *args.gammas]:  # None: hf_specdec's default
             methods["ours" if gamma is None else f"ours_gamma{gamma}"] = each(generate, drafter=drafter, gamma=gamma)
         configs = {}
@@ -234,6 +243,8 @@ def main(argv=None) -> int:
         row = dict(batch=batch, inputs=args.inputs, rounds=args.rounds,
                    plain_s=round(statistics.median(times["plain"]), 3),
                    plain_first_token_s=round(statistics.median(times["plain_first_token"]), 3))
+        if args.aa:  # plain over plain again: how far apart two identical methods read in these rounds
+            row.update(_over(times["plain"], times["plain_again"], "aa"))
         for name in methods:
             if name.startswith("ours"):
                 stats = hf_specdec.SpeculativeStats()
@@ -253,8 +264,7 @@ def main(argv=None) -> int:
             row.update(hf_best_setting=best[3:], hf_s=round(statistics.median(times[best]), 3),
                        hf_exact=exact(best),
                        hf_s_by_setting={name[3:]: round(statistics.median(times[name]), 3) for name in configs},
-                       ours_over_hf=round(statistics.median(
-                           hf / ours for hf, ours in zip(times[best], times["ours"])), 3))
+                       **_over(times[best], times["ours"], "ours_over_hf"))
         row["cpu_share"] = shares  # below ~0.9: the core was shared
         rows.append(row)
         print(json.dumps(row), flush=True)
