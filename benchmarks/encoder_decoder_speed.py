@@ -266,6 +266,7 @@ def main(argv=None) -> int:
                        hf_s_by_setting={name[3:]: round(statistics.median(times[name]), 3) for name in configs},
                        **_over(times[best], times["ours"], "ours_over_hf"))
         row["cpu_share"] = shares  # below ~0.9: the core was shared
+        row["seconds"] = {name: [round(value, 3) for value in values] for name, values in times.items()}  # by round
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
