@@ -107,9 +107,11 @@ def _same(ours, plain) -> bool:
         if not keys <= set(ours):
             return False
         if "scores" in keys and "sequences" in keys:
-            full = plain["sequences"][:, -1] != tiny_models.PAD  # [batch] rows that ran to the end
+            tokens = plain["sequences"]  # [batch, length] (a Whisper segment's: [length], one row)
+            full = tokens.reshape(-1, tokens.shape[-1])[:, -1] != tiny_models.PAD  # [batch] rows that ran to the end
+            rows = lambda scores: [step.reshape(len(full), -1)[full] for step in scores]  # noqa: E731
             keys.remove("scores")
-            if not _same([step[full] for step in ours["scores"]], [step[full] for step in plain["scores"]]):
+            if not _same(rows(ours["scores"]), rows(plain["scores"])):
                 return False
         return all(_same(ours[key], plain[key]) for key in keys)
     return ours == plain
@@ -148,7 +150,7 @@ def test_random_combinations_equal_plain_generate_or_are_refused_first(models, s
                 assert len(forwards) <= detecting, f"{said}: refused after the target ran"
             else:
                 assert plain_error is not None and type(ours_error) is type(plain_error), f"{said}: {ours_error!r}"
-    assert outputs >= 8, "most draws must decode, or the comparison checks little"
+    assert outputs >= 4, "a quarter of the calls at least must decode, or the comparison checks little"
 
 
 def test_the_comparison_tells_a_different_token_and_a_different_score():
