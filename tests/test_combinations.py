@@ -16,7 +16,8 @@ from transformers import StoppingCriteriaList, WhisperForConditionalGeneration
 
 import tiny_models
 import tiny_seq2seq
-from hf_specdec import CostAwareDraftPolicy, DraftPolicy, FeatureDrafter, TreeDraftPolicy, errors
+from kwargs_util import check_against_plain
+from hf_specdec import CostAwareDraftPolicy, DraftPolicy, FeatureDrafter, TreeDraftPolicy
 from hf_specdec.distill.feature_head import build_feature_head
 
 EOS = tiny_models.EOS
@@ -124,32 +125,11 @@ def test_random_combinations_equal_plain_generate_or_are_refused_first(models, s
     r, outputs = random.Random(seed), 0
     for _ in range(8):
         target, kwargs, spec = _trial(r, models, sampled)
-        try:
-            plain, plain_error = target.generate(**kwargs), None
-        except Exception as error:  # noqa: BLE001 (what plain generate() does with it, whatever it is)
-            plain, plain_error = None, error
-        config = copy.deepcopy(target.generation_config.to_dict())
-        for _call in range(2):
-            forwards = []
-            hook = target.register_forward_hook(lambda *args: forwards.append(1))
-            try:
-                ours, ours_error = target.generate(**kwargs, **spec), None
-            except Exception as error:  # noqa: BLE001
-                ours, ours_error = None, error
-            finally:
-                hook.remove()
-            drafter = spec["drafter"] if isinstance(spec["drafter"], str) else type(spec["drafter"]).__name__
-            said = f"{type(target).__name__}, {sorted(kwargs)}, drafter {drafter}, gamma {spec['gamma']}"
-            assert target.generation_config.to_dict() == config, said
-            if ours_error is None:
-                assert plain_error is None, f"{said}: plain generate() raised {plain_error!r}"
-                assert sampled or _same(ours, plain), f"{said}: not plain generate()'s output"
-                outputs += 1
-            elif isinstance(ours_error, errors.SpeculativeError):  # (Whisper's own generate() detects the language
-                detecting = isinstance(target, WhisperForConditionalGeneration) and "language" not in kwargs  # first)
-                assert len(forwards) <= detecting, f"{said}: refused after the target ran"
-            else:
-                assert plain_error is not None and type(ours_error) is type(plain_error), f"{said}: {ours_error!r}"
+        drafter = spec["drafter"] if isinstance(spec["drafter"], str) else type(spec["drafter"]).__name__
+        said = f"{type(target).__name__}, {sorted(kwargs)}, drafter {drafter}, gamma {spec['gamma']}"
+        detecting = isinstance(target, WhisperForConditionalGeneration) and "language" not in kwargs  # (its own
+        outputs += check_against_plain(target, kwargs, spec, lambda ours, plain: sampled or _same(ours, plain), said,
+                                       calls=2, forwards_allowed=int(detecting))  # generate() detects it first)
     assert outputs >= 4, "a quarter of the calls at least must decode, or the comparison checks little"
 
 

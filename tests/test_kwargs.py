@@ -15,6 +15,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 import tiny_models
+from kwargs_util import check_against_plain
 from hf_specdec import FeatureDrafter, errors
 from hf_specdec.distill.feature_head import build_feature_head
 from hf_specdec.policy import TreeDraftPolicy
@@ -137,32 +138,9 @@ def test_other_architectures_read_the_kwargs_alike(arch, case):
 
 def _check(target, drafters, case, spec, sampled):
     kwargs = _kwargs(target, CASES[case], do_sample=sampled)
-    try:
-        torch.manual_seed(0)
-        plain, plain_error = target.generate(**kwargs), None
-    except Exception as error:  # noqa: BLE001 (what plain generate() does with it, whatever it is)
-        plain, plain_error = None, error
-    config = copy.deepcopy(target.generation_config.to_dict())
-    forwards = []
-    hook = target.register_forward_hook(lambda *args: forwards.append(1))
-    try:
-        torch.manual_seed(0)
-        ours = target.generate(**kwargs, **SPECS[spec](drafters))
-        ours_error = None
-    except Exception as error:  # noqa: BLE001
-        ours, ours_error = None, error
-    finally:
-        hook.remove()
-    assert target.generation_config.to_dict() == config
-    if ours_error is None:
-        assert plain_error is None, f"plain generate() raised {plain_error!r}; ours returned an output"
-        if not sampled:
-            same = _same(ours, plain, kwargs["inputs"].shape[1], kwargs.get("pad_token_id", tiny_models.PAD))
-            assert same, "not plain generate()'s output"
-    elif isinstance(ours_error, errors.SpeculativeError):
-        assert not forwards, "refused after the target ran"
-    else:  # only where plain generate() raises the same (generate() checks the kwarg before our loop runs)
-        assert plain_error is not None and type(ours_error) is type(plain_error), repr(ours_error)
+    pad = kwargs.get("pad_token_id", tiny_models.PAD)
+    same = lambda ours, plain: sampled or _same(ours, plain, kwargs["inputs"].shape[1], pad)  # noqa: E731
+    check_against_plain(target, kwargs, SPECS[spec](drafters), same)
 
 
 def test_the_catalog_covers_outputs_refusals_and_errors_of_plain_generate(target, partial_drafter):
