@@ -488,8 +488,8 @@ class CachedModel:
     def check_trees(self) -> None:
         """Raises UnsupportedModelError if this model cannot score a tree in one forward: its attention must
         take 4D masks (eager or sdpa attention, masks built by transformers' mask builders, which pass a 4D
-        mask through) and it must take `position_ids` (siblings share a position, so positions cannot
-        come from the cache length)."""
+        mask through) and it must take `position_ids` (an encoder-decoder model: `decoder_position_ids`; siblings
+        share a position, so positions cannot come from the cache length)."""
         name = type(self.model).__name__
         if self.model.config._attn_implementation not in ("eager", "sdpa"):
             raise UnsupportedModelError(
@@ -497,9 +497,12 @@ class CachedModel:
                 f"{self.model.config._attn_implementation!r} takes none of; load it with attn_implementation='sdpa' "
                 "(or 'eager'), or draft chains (gamma=an int)."
             )
-        if "position_ids" not in forward_parameters(self.model):  # the class's, not a wrapper's
+        # The class's own position_ids (not a wrapper's); a decoder reading an encoder output: its feed's (DecoderFeed).
+        if not (self.feed.feeds_positions if self.feed is not None else "position_ids" in forward_parameters(self.model)):
+            what = "'s decoder takes no decoder_position_ids" if self.feed is not None and self.feed.seq2seq else (
+                " takes no position_ids")
             raise UnsupportedModelError(
-                f"{name} takes no position_ids; the nodes of a draft tree share positions, which it cannot be told. "
+                f"{name}{what}; the nodes of a draft tree share positions, which it cannot be told. "
                 "Draft chains with it (gamma=an int)."
             )
         if not self._positions:  # a tree's nodes need explicit positions, fed as generate() would feed them

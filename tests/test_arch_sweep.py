@@ -68,23 +68,26 @@ def test_every_causal_lm_type_is_exact_or_refused_before_decoding(model_type):
 
 
 #: Encoder-decoder classes of the default suite and their status; the whole seq2seq sweep runs with `pytest -m sweep`.
+#: (chains, trees): decoders told each row's positions (Whisper's decoder_position_ids) draft trees too.
 SEQ2SEQ_FAST = {
-    ("bart", "BartForConditionalGeneration"): "exact at batch 1; refused in batches",
-    ("t5", "T5ForConditionalGeneration"): "exact at batch 1; refused in batches",
-    ("whisper", "WhisperForConditionalGeneration"): "exact",
-    ("qwen2_audio", "Qwen2AudioForConditionalGeneration"): "exact",  # a decoder-only audio LM, text-only input
+    ("bart", "BartForConditionalGeneration"): ("exact at batch 1; refused in batches", "refused"),
+    ("t5", "T5ForConditionalGeneration"): ("exact at batch 1; refused in batches", "refused"),
+    ("whisper", "WhisperForConditionalGeneration"): ("exact", "exact"),
+    ("qwen2_audio", "Qwen2AudioForConditionalGeneration"): ("exact", "refused"),  # a decoder-only audio LM, text input
 }
 SEQ2SEQ_BROKEN = (arch_sweep.DIFFERS, arch_sweep.CRASH, arch_sweep.REFUSED_AFTER)
 
 
-def _check_seq2seq(model_type: str, class_name: str, expected: str | None = None) -> None:
+def _check_seq2seq(model_type: str, class_name: str, expected: tuple[str, str] | None = None) -> None:
     record = arch_sweep.sweep_seq2seq_model(hf_specdec, model_type, class_name)
     if record["overall"] == arch_sweep.SKIPPED:
         pytest.skip(f"{class_name} cannot be built small: {record['skip_reason']}")
-    broken = [(c["case"], c["cls"], arch_sweep._reason(c)) for c in record["cases"] if c["cls"] in SEQ2SEQ_BROKEN]
+    broken = [(key, c["case"], c["cls"], arch_sweep._reason(c)) for key in ("cases", "tree_cases", "default_cases")
+              for c in record.get(key, []) if c["cls"] in SEQ2SEQ_BROKEN]
     assert not broken, broken
+    assert arch_sweep.default_falls_back(record) in (None, True)  # where trees are refused the default drafts chains
     if expected is not None:
-        assert arch_sweep.seq2seq_status(record)[0] == expected
+        assert (arch_sweep.seq2seq_status(record)[0], arch_sweep.seq2seq_status(record, "tree_cases")[0]) == expected
 
 
 @pytest.mark.parametrize("model_type, class_name", sorted(SEQ2SEQ_FAST))

@@ -244,21 +244,44 @@ def test_speech_recognition_pipeline_loads_a_path_drafter_once(whisper, asr, tmp
     assert len(loads) == 1
 
 
-def test_draft_trees_are_refused_before_any_forward_and_the_default_drafts_chains(whisper):
-    """Siblings of a draft tree share a position, which an encoder-decoder decoder cannot be told (no position_ids)."""
-    features = tiny_seq2seq.audio(1, seed=2)
-    tree = hf_specdec.TreeDraftPolicy(top_k=2, max_depth=2, max_nodes=4)
-    drafter = tiny_seq2seq.whisper_reader(whisper, layers=1)
+TREE = hf_specdec.TreeDraftPolicy(top_k=2, max_depth=3, max_nodes=6)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("kind", ["reads the encoder output", "encoder-decoder", "prompt lookup"])
+def test_whisper_draft_trees_equal_plain(whisper, kind, batch):
+    """Whisper's decoder takes decoder_position_ids, so a tree's siblings share a position there: trees are exact, and
+    a row's rejected branches leave its decoder cache (the cross-attention cache is the call's, untouched)."""
+    drafter = {
+        "reads the encoder output": lambda: tiny_seq2seq.whisper_reader(whisper, layers=1),
+        "encoder-decoder": lambda: tiny_seq2seq.shallow(whisper, layers=1),
+        "prompt lookup": lambda: "prompt_lookup",
+    }[kind]()
+    features = tiny_seq2seq.audio(batch, seed=5)
+    plain = whisper.generate(features, max_new_tokens=MAX_NEW, language="en")
+    stats = hf_specdec.SpeculativeStats()
+    out = whisper.generate(features, max_new_tokens=MAX_NEW, language="en", drafter=drafter, gamma=TREE, stats=stats)
+    assert torch.equal(out, plain)
+    if kind != "prompt lookup":  # (lookup drafts only where the output repeats itself)
+        assert int(stats.tree_size_histogram[:, 1:].sum()) > 0  # tree steps drafted
+
+
+def test_draft_trees_are_refused_before_any_forward_where_the_decoder_takes_no_positions(text_target):
+    """BART, T5 and the rest place a decoder's tokens by its cache's length: a tree's siblings cannot share a position
+    there. An explicit tree is refused before any forward; the default drafts chains."""
+    kwargs = _text_kwargs(text_target)
+    drafter = tiny_models.perturbed(text_target, scale=0.3)
     calls = []
-    handle = whisper.register_forward_pre_hook(lambda *args: calls.append(1))
+    handle = text_target.register_forward_pre_hook(lambda *args: calls.append(1))
     try:
-        with pytest.raises(UnsupportedModelError, match="position_ids"):
-            whisper.generate(features, language="en", max_new_tokens=4, drafter=drafter, gamma=tree)
+        with pytest.raises(UnsupportedModelError, match="decoder_position_ids"):
+            text_target.generate(**kwargs, drafter=drafter, gamma=TREE)
     finally:
         handle.remove()
     assert not calls
-    plain = whisper.generate(features, language="en", max_new_tokens=MAX_NEW)
-    assert torch.equal(whisper.generate(features, language="en", max_new_tokens=MAX_NEW, drafter=drafter), plain)
+    stats = hf_specdec.SpeculativeStats()
+    assert torch.equal(text_target.generate(**kwargs, drafter=drafter, stats=stats), text_target.generate(**kwargs))
+    assert int(stats.tree_size_histogram.sum()) == 0  # chains only
 
 
 def test_command_line_decodes_with_an_encoder_decoder_target(tmp_path, capsys):

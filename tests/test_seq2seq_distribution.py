@@ -9,6 +9,9 @@ import torch
 from transformers import GenerationMixin, LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 from transformers.modeling_outputs import BaseModelOutput
 
+import hf_specdec
+from hf_specdec import TreeDraftPolicy
+
 import tiny_models
 import tiny_seq2seq
 from joint_util import joint_chi_square
@@ -67,18 +70,22 @@ def test_text_target_samples_follow_its_joint(family):
           exact_joint(drafter, {"input_ids": sources[:1]}, [start]))
 
 
-def test_whisper_samples_follow_its_joint():
-    """N = 1200 rows of one batched call (seed 0), gamma 3, the distil-whisper-shaped reader as drafter; threshold:
-    chi-square 0.999; control: the drafter's joint."""
+@pytest.mark.parametrize("gamma", [3, TreeDraftPolicy(top_k=2, max_depth=3, max_nodes=6)], ids=["chains", "trees"])
+def test_whisper_samples_follow_its_joint(gamma):
+    """N = 1200 rows of one batched call (seed 0), chains of 3 or a draft tree (Whisper's decoder takes
+    decoder_position_ids), the distil-whisper-shaped reader as drafter; threshold: chi-square 0.999; control: the
+    drafter's joint."""
     target = tiny_seq2seq.whisper()
     drafter = tiny_seq2seq.whisper_reader(target, layers=1)
     features = tiny_seq2seq.audio(1, seed=4)
     prefix = [tiny_seq2seq.WHISPER_TOKENS[name] for name in ("sot", "en", "transcribe", "no_timestamps")]
+    stats = hf_specdec.SpeculativeStats()
     out = GenerationMixin.generate(  # the loop directly, without Whisper's own generate()'s temperature fallback
         target, features.repeat(NUM_WHISPER, 1, 1), decoder_input_ids=torch.tensor([prefix] * NUM_WHISPER),
-        do_sample=True, temperature=TEMPERATURE, top_k=TOP_K, max_new_tokens=NUM_TOKENS, drafter=drafter, gamma=3,
-        generator=torch.Generator().manual_seed(SEED),
+        do_sample=True, temperature=TEMPERATURE, top_k=TOP_K, max_new_tokens=NUM_TOKENS, drafter=drafter, gamma=gamma,
+        generator=torch.Generator().manual_seed(SEED), stats=stats,
     )
+    assert int(stats.tree_size_histogram[:, 1:].sum()) > 0 if isinstance(gamma, TreeDraftPolicy) else stats.drafted.sum()
     samples = out[:, len(prefix):]
     hidden = target.get_encoder()(features).last_hidden_state
     _fits(samples, exact_joint(target, {"input_features": features}, prefix),
