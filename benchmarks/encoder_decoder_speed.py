@@ -183,6 +183,9 @@ def main(argv=None) -> int:
                         help="timed rounds after a warm-up call of each method; each round runs every method once, in "
                              "a fresh order; a method's time is its median, its speed the median of its paired ratios")
     parser.add_argument("--gammas", type=int, nargs="*", default=[4], help="fixed draft lengths, besides the default")
+    parser.add_argument("--trees", nargs="*", default=[], metavar="K/D/N",
+                        help="fixed draft trees, besides the default: TreeDraftPolicy(top_k=K, max_depth=D, "
+                             "max_nodes=N), e.g. 4/3/8 (Whisper's decoder takes them; BART's refuses them)")
     parser.add_argument("--hf-settings", nargs="*", default=["heuristic", "3", "5"],
                         help="transformers' assisted generation: num_assistant_tokens_schedule 'heuristic', or a "
                              "constant num_assistant_tokens")
@@ -229,6 +232,10 @@ def main(argv=None) -> int:
                    **({"plain_again": each(generate)} if args.aa else {})}
         for gamma in [None, *args.gammas]:  # None: hf_specdec's default
             methods["ours" if gamma is None else f"ours_gamma{gamma}"] = each(generate, drafter=drafter, gamma=gamma)
+        for tree in args.trees:  # "4/3/8" -> ours_tree4_3_8
+            top_k, depth, nodes = map(int, tree.split("/"))
+            methods[f"ours_tree{top_k}_{depth}_{nodes}"] = each(generate, drafter=drafter, gamma=hf_specdec.TreeDraftPolicy(
+                top_k=top_k, max_depth=depth, max_nodes=nodes))
         configs = {}
         for setting in args.hf_settings if batch == 1 else ():  # transformers' assisted generation runs batch 1 only
             config = configs[f"hf_{setting}"] = copy.deepcopy(target.generation_config)
