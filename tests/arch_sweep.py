@@ -612,9 +612,7 @@ def seq2seq_status(record: dict[str, Any], key: str = "cases") -> tuple[str, str
     refusals = [c for c in cases if c["cls"] == REFUSED_BEFORE]
     if all(cls in (EXACT, REFUSED_BEFORE, PLAIN_FAILS) for cls in classes.values()):
         if classes.get("b1") == EXACT and refusals:
-            refused = {c["case"] for c in refusals}  # (prompt lookup over the source drafts chains only)
-            label = "exact; refused with prompt lookup" if refused == {"b1_lookup"} else "exact at batch 1; refused in batches"
-            return label, refusals[0]["error"]["message"].split(";")[0]
+            return "exact at batch 1; refused in batches", refusals[0]["error"]["message"].split(";")[0]
         if refusals:
             return "refused", refusals[0]["error"]["message"].split(";")[0]
         failing = next(c for c in cases if c["cls"] == PLAIN_FAILS)

@@ -73,6 +73,7 @@ SEQ2SEQ_FAST = {
     ("bart", "BartForConditionalGeneration"): ("exact at batch 1; refused in batches", "refused"),
     ("t5", "T5ForConditionalGeneration"): ("exact at batch 1; refused in batches", "refused"),
     ("whisper", "WhisperForConditionalGeneration"): ("exact", "exact"),
+    ("t5gemma", "T5GemmaForConditionalGeneration"): ("exact", "exact"),  # text, decoder_position_ids: source lookup trees
     ("qwen2_audio", "Qwen2AudioForConditionalGeneration"): ("exact", "refused"),  # a decoder-only audio LM, text input
 }
 SEQ2SEQ_BROKEN = (arch_sweep.DIFFERS, arch_sweep.CRASH, arch_sweep.REFUSED_AFTER)

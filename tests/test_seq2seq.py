@@ -139,6 +139,10 @@ def test_prompt_lookup_copies_from_the_source_text():
     draft = session.propose(ctx, torch.tensor([3]))
     assert draft.tokens[0, : int(draft.num_drafted[0])].tolist() == [23, 24, 25]
     assert PromptLookupDrafter().propose(ctx, torch.tensor([3])).num_drafted.tolist() == [0]  # the control: no source
+    # A tree (where the decoder takes positions): the same continuation is its first branch.
+    tree = session.propose_tree(ctx, hf_specdec.TreeDraftPolicy(top_k=2, max_depth=3, max_nodes=6), torch.tensor([3]))
+    assert tree.tokens[0].tolist()[:4] == [22, 23, 24, 25] and tree.parents[0].tolist()[1:4] == [0, 1, 2]
+    assert not PromptLookupDrafter().propose_tree(ctx, hf_specdec.TreeDraftPolicy(), torch.tensor([3])).valid[0, 1:].any()
 
 
 def test_drafters_that_cannot_serve_an_encoder_decoder_target_are_refused_before_any_forward(whisper):

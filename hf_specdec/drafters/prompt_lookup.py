@@ -107,10 +107,10 @@ class PromptLookupDrafter(StatelessDrafter):
 
     drafts_trees = True
 
-    def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor) -> DraftTree:
+    def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor, sources: list | None = None) -> DraftTree:
         """Several earlier occurrences give several branches: up to `policy.top_k` distinct continuations
         (`lookup_continuations`), `row_depth[b]` tokens long (at most `num_pred_tokens`), merged into a trie
-        of at most `policy.max_nodes` nodes. Deterministic proposals, as for chains."""
+        of at most `policy.max_nodes` nodes. Deterministic proposals, as for chains (`sources`: as there)."""
         if self.num_pred_tokens is not None:
             row_depth = row_depth.clamp_max(self.num_pred_tokens)
         sequences, pad_lens, lens = ctx.sequences.cpu(), ctx.pad_lens.tolist(), ctx.lens.tolist()
@@ -118,7 +118,10 @@ class PromptLookupDrafter(StatelessDrafter):
         for row, depth in enumerate(row_depth.tolist()):
             continuations = []
             if depth > 0:
-                continuations = lookup_continuations(sequences[row, pad_lens[row] : lens[row]], self.max_ngram_size, depth, policy.top_k)
+                tokens_so_far = sequences[row, pad_lens[row] : lens[row]]
+                if sources is not None:
+                    tokens_so_far = torch.cat([sources[row], tokens_so_far])
+                continuations = lookup_continuations(tokens_so_far, self.max_ngram_size, depth, policy.top_k)
             rows.append(trie(continuations, policy.max_nodes))
         width = 1 + max(len(tokens) for tokens, _ in rows)
         tokens = torch.full((len(rows), width), -1, dtype=torch.long)
@@ -134,7 +137,9 @@ class PromptLookupDrafter(StatelessDrafter):
 
 class _SourceLookup(DraftSession):
     """Prompt lookup over an encoder-decoder call's source text and each row's decoder tokens: `sources` [batch] of
-    [source_len_b] long, the rows' unpadded source ids. Chains only (trees look up over the decoder's tokens)."""
+    [source_len_b] long, the rows' unpadded source ids. Trees where the target's decoder takes them."""
+
+    drafts_trees = True
 
     def __init__(self, lookup: PromptLookupDrafter, sources: list[torch.Tensor]):
         self.lookup = lookup
@@ -142,6 +147,9 @@ class _SourceLookup(DraftSession):
 
     def propose(self, ctx: DraftContext, num_tokens: torch.Tensor) -> Draft:
         return self.lookup.propose(ctx, num_tokens, self.sources)
+
+    def propose_tree(self, ctx: DraftContext, policy, row_depth: torch.Tensor) -> DraftTree:
+        return self.lookup.propose_tree(ctx, policy, row_depth, self.sources)
 
 
 def lookup_continuations(tokens: torch.Tensor, max_ngram_size: int, length: int, max_branches: int) -> list[torch.Tensor]:
