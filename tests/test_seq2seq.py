@@ -270,6 +270,20 @@ def test_whisper_draft_trees_equal_plain(whisper, kind, batch):
         assert int(stats.tree_size_histogram[:, 1:].sum()) > 0  # tree steps drafted
 
 
+def test_whisper_draft_trees_differ_when_the_decoder_is_not_told_the_positions(whisper, monkeypatch):
+    """The control of the test above: with decoder_position_ids withheld, Whisper places a tree's nodes by its cache's
+    length (siblings one after another), and the output differs from plain generate()'s."""
+    from hf_specdec import seq2seq
+
+    inputs = seq2seq.DecoderFeed.inputs
+    monkeypatch.setattr(seq2seq.DecoderFeed, "inputs",
+                        lambda self, fed: {k: v for k, v in inputs(self, fed).items() if k != "decoder_position_ids"})
+    features, drafter = tiny_seq2seq.audio(4, seed=5), tiny_seq2seq.whisper_reader(whisper, layers=1)
+    plain = whisper.generate(features, max_new_tokens=MAX_NEW, language="en")
+    assert not torch.equal(whisper.generate(features, max_new_tokens=MAX_NEW, language="en", drafter=drafter, gamma=TREE),
+                           plain)
+
+
 def test_draft_trees_are_refused_before_any_forward_where_the_decoder_takes_no_positions(text_target):
     """BART, T5 and the rest place a decoder's tokens by its cache's length: a tree's siblings cannot share a position
     there. An explicit tree is refused before any forward; the default drafts chains."""
