@@ -29,7 +29,7 @@ test: install
 test-real: real-model
 	$(BIN)/python -m pytest -q -m real
 
-# Every causal-LM type and encoder-decoder class of the installed transformers, chains and trees, exact or refused before decoding (~6 min on an idle core; longer on a busy one).
+# Every causal-LM type and encoder-decoder class of the installed transformers, chains and trees, exact or refused before decoding (~5 min on an idle core; longer on a busy one).
 test-sweep: install
 	$(BIN)/python -m pytest -q -m sweep
 
