@@ -449,10 +449,11 @@ def chains_only(record: dict[str, Any]) -> bool:
                for chain, tree in zip(record.get("cases", []), record.get("tree_cases", [])))
 
 
-def tree_cell(record: dict[str, Any]) -> str:
-    """The trees column: exact, or the status and reason where they differ from chains'."""
-    status, why = support_status(record, "tree_cases")
-    if status in ("exact", "not swept") or (status, why) == support_status(record):
+def tree_cell(record: dict[str, Any], status_of=support_status) -> str:
+    """The trees column: exact, or the status and reason where they differ from chains' (`status_of`: the table's
+    `support_status` or `seq2seq_status`)."""
+    status, why = status_of(record, "tree_cases")
+    if status in ("exact", "not swept") or (status, why) == status_of(record):
         return status if status in ("exact", "not swept") else f"{status} (as chains)"
     cell = f"{status}: {why.split('. ')[0]}"  # the reason, not the advice to draft chains
     if default_falls_back(record) is False:
@@ -460,10 +461,12 @@ def tree_cell(record: dict[str, Any]) -> str:
     return cell + "; the default drafts chains" if chains_only(record) else cell
 
 
-def write_table(records: list[dict[str, Any]], path: str, versions: str) -> None:
-    def summary(statuses: list[str]) -> str:
-        return ", ".join(f"{count} {label}" for label, count in collections.Counter(statuses).most_common())
+def summary(statuses: list[str]) -> str:
+    """'N status, M status, ...', the commonest first."""
+    return ", ".join(f"{count} {label}" for label, count in collections.Counter(statuses).most_common())
 
+
+def write_table(records: list[dict[str, Any]], path: str, versions: str) -> None:
     chains = [support_status(record)[0] for record in records]
     trees = [support_status(record, "tree_cases")[0] for record in records]
     fallback = [r for r in records if chains_only(r)]
@@ -617,19 +620,9 @@ def seq2seq_status(record: dict[str, Any], key: str = "cases") -> tuple[str, str
             return "refused", refusals[0]["error"]["message"].split(";")[0]
         failing = next(c for c in cases if c["cls"] == PLAIN_FAILS)
         return "plain generate() fails", failing["error"]["message"][:160]
-    worst = next(c for c in cases if c["cls"] == _worst(cases))
-    return f"**{_worst(cases)}**", _reason(worst)[:160]
-
-
-def seq2seq_tree_cell(record: dict[str, Any]) -> str:
-    """The trees column of a seq2seq record: exact, or the status and reason where they differ from chains'."""
-    status, why = seq2seq_status(record, "tree_cases")
-    if status in ("exact", "not swept") or (status, why) == seq2seq_status(record):
-        return status if status in ("exact", "not swept") else f"{status} (as chains)"
-    cell = f"{status}: {why.split('. ')[0]}"  # the reason, not the advice to draft chains
-    if default_falls_back(record) is False:
-        return cell + "; **the default did not do as chains**"
-    return cell + "; the default drafts chains" if chains_only(record) else cell
+    overall = _worst(cases)
+    worst = next(c for c in cases if c["cls"] == overall)
+    return f"**{overall}**", _reason(worst)[:160]
 
 
 SEQ2SEQ_HEADING = "## Encoder-decoder and speech-to-text types"
@@ -650,15 +643,14 @@ def write_seq2seq_table(records: list[dict[str, Any]], path: str, versions: str)
         "as chains do). Decoder-only audio LMs in these mappings follow the decoder-only rules (above). "
         "See docs/encoder-decoder.md.",
         "",
-        f"Summary: {', '.join(f'{n} {label}' for label, n in collections.Counter(statuses).most_common())}. "
-        f"Trees: {', '.join(f'{n} {label}' for label, n in collections.Counter(trees).most_common())}.",
+        f"Summary: {summary(statuses)}. Trees: {summary(trees)}.",
         "",
         "| model type | class | chains | why | trees |",
         "|---|---|---|---|---|",
     ]
     for record in records:
         status, why = seq2seq_status(record)
-        cells = (record["model_type"], record["info"]["class"], status, why, seq2seq_tree_cell(record))
+        cells = (record["model_type"], record["info"]["class"], status, why, tree_cell(record, seq2seq_status))
         lines.append("| " + " | ".join(str(cell).replace("|", "/").replace("\n", " ") for cell in cells) + " |")
     text = open(path).read() if os.path.exists(path) else ""
     if SEQ2SEQ_HEADING in text:
