@@ -351,10 +351,8 @@ class AdaptiveSchedule(Schedule):
             plain, row = self.costs.estimate(None), alphas[int(self._rows.nonzero())]  # ms at the step's tokens per ms;
             deepest = next(s for s in self.menu[self.policy.max_gamma - 1:: -1] if self.costs.estimate(s) is not None)
             level = (self.costs.estimate(deepest) - plain) / deepest.depth  # (per level of the deepest priced chain)
-            worth = level * expected_tokens([row], self.ranks(), shape)[0] / self._cost(shape)
-            # The next draft is read at the best of depths 1 and 2 (depth 1: every drafting step measures it; deeper
-            # depths only where this stop let a row go on) and, in a call of one row, of its own depth.
-            alone, least = len(self._rows) == 1, max(row[:2])
+            worth = level * expected_tokens([row], self.ranks(), shape)[0] / self._cost(shape)  # a call of one row reads
+            alone, least = len(self._rows) == 1, max(row[:2])  # a deeper depth where above depths 1 and 2's
             self.path_stop = (tuple(worth / max(least, a * alone) for a in row[1:] or row), odds_by_band(self._odds))
 
     tree = property(lambda self: self._plan() or self._tree)
