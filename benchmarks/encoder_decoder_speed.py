@@ -126,6 +126,18 @@ def whisper_inputs(target, batch: int, generator: torch.Generator, dtype: torch.
                 decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch))
 
 
+def input_calls(target, whisper: bool, batch: int, inputs: int, tokens: int, dtype: torch.dtype) -> list[dict]:
+    """Each input's greedy generate() keywords, seeds `batch` on: random audio (Whisper; the encoder output given) or a
+    random 64-token source (BART), `batch` rows each."""
+    calls = []
+    for seed in range(batch, batch + inputs):
+        generator = torch.Generator().manual_seed(seed)
+        source = whisper_inputs(target, batch, generator, dtype) if whisper else dict(
+            input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
+        calls.append(dict(do_sample=False, max_new_tokens=tokens, **source))
+    return calls
+
+
 def _assisted(target, drafter, config, common: dict, **extra):
     """transformers' assisted generation with `config`'s schedule (the drafter reads its own copy of it)."""
     drafter.generation_config = copy.deepcopy(config)
@@ -211,14 +223,7 @@ def main(argv=None) -> int:
     prepare((target, drafter), dtype, args.pack_linears)
     rows = []
     for batch in args.batches:
-        calls = []  # each input's generate() keywords
-        for seed in range(batch, batch + args.inputs):
-            generator = torch.Generator().manual_seed(seed)
-            if args.shape.startswith("whisper"):
-                inputs = whisper_inputs(target, batch, generator, dtype)
-            else:
-                inputs = dict(input_ids=torch.randint(4, 50000, (batch, 64), generator=generator))
-            calls.append(dict(do_sample=False, max_new_tokens=args.tokens, **inputs))
+        calls = input_calls(target, whisper, batch, args.inputs, args.tokens, dtype)
 
         def each(call, **fixed):
             """A method: `call` on every input's keywords (with `fixed` and the call's own) in turn; their outputs."""

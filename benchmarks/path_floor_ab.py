@@ -3,8 +3,9 @@
 assisted generation (docs/default-policy-log.md).
 
 Each arm keeps its own step costs and record (the setting's registry is swapped per arm), as if it ran alone. Each
-round times every arm once over the same inputs, in a fresh seeded order, after a warm-up of each; every arm's tokens
-are checked against plain generate()'s. Greedy, batch 1, one thread.
+round times every arm once over the same inputs, in a fresh seeded order, after a warm-up of each
+(`encoder_decoder_speed.side_by_side`); every arm's tokens are checked against plain generate()'s. Greedy, batch 1,
+one thread.
 
     python benchmarks/path_floor_ab.py --pair whisper-large-v3 --rounds 8 --out F
     python benchmarks/path_floor_ab.py --pair bart-large --gamma 2 --assisted 3 --rounds 12 --out F
@@ -16,11 +17,10 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import json
-import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -29,7 +29,7 @@ from transformers import GenerationMixin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from default_vs_best import provenance  # noqa: E402
-from encoder_decoder_speed import _assisted, bart_pair, prepare, whisper_inputs, whisper_pair  # noqa: E402
+from encoder_decoder_speed import _assisted, bart_pair, input_calls, prepare, side_by_side, whisper_pair  # noqa: E402
 from prefill_draft_ab import smollm2_calls  # noqa: E402
 
 from hf_specdec import CostAwareDraftPolicy, costs, policy  # noqa: E402
@@ -58,16 +58,10 @@ class _Before(CostAwareDraftPolicy):
 
 
 def encoder_decoder_calls(pair: str, dtype: torch.dtype, inputs: int, tokens: int):
-    """encoder_decoder_speed.py's pair and `inputs` calls' keywords: random audio (the encoder output given) or random
-    64-token sources."""
+    """encoder_decoder_speed.py's pair and `inputs` calls' keywords (`input_calls`, batch 1)."""
     target, drafter = whisper_pair(0.025) if pair == "whisper-large-v3" else bart_pair(0.1)
     prepare((target, drafter), dtype, 1)  # (packs float32 weights only)
-    calls = []
-    for seed in range(1, inputs + 1):
-        generator = torch.Generator().manual_seed(seed)
-        source = whisper_inputs(target, 1, generator, dtype) if pair == "whisper-large-v3" else dict(
-            input_ids=torch.randint(4, 50000, (1, 64), generator=generator))
-        calls.append(dict(do_sample=False, max_new_tokens=tokens, **source))
+    calls = input_calls(target, pair == "whisper-large-v3", 1, inputs, tokens, dtype)
     return (lambda **kw: GenerationMixin.generate(target, **kw)), drafter, calls, target
 
 
@@ -109,14 +103,8 @@ def main() -> None:
         costs._registry = registries[name]  # this arm's step costs and record
         return [generate(**call, **arms[name]) for call in calls]
 
-    outputs = {name: run(name) for name in arms}
+    times, outputs, _ = side_by_side({name: functools.partial(run, name) for name in arms}, args.rounds)
     exact = {name: all(torch.equal(out, ref) for out, ref in zip(outputs[name], outputs["plain"])) for name in arms}
-    times, order = {name: [] for name in arms}, random.Random(0)
-    for _ in range(args.rounds):
-        for name in order.sample(list(arms), len(arms)):
-            start = time.perf_counter()
-            run(name)
-            times[name].append(time.perf_counter() - start)
     ratio = lambda a, b: [x / y for x, y in zip(times[a], times[b])]  # noqa: E731
     result = dict(**provenance(), pair=args.pair, drafter=args.drafter if args.pair == "smollm2" else "2 decoder layers",
                   dtype=args.dtype, batch=1, tokens=tokens, rounds=args.rounds, exact=exact,

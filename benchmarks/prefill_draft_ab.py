@@ -25,7 +25,7 @@ from transformers import GenerationMixin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from default_vs_best import load, provenance  # noqa: E402
-from encoder_decoder_speed import prepare, whisper_inputs, whisper_pair  # noqa: E402
+from encoder_decoder_speed import input_calls, prepare, whisper_pair  # noqa: E402
 from hf_specdec import policy  # noqa: E402
 from hf_specdec.bench.prompts import CHAT_PROMPTS, batches, encode, grounded_prompts  # noqa: E402
 
@@ -48,9 +48,7 @@ def whisper_calls(dtype: torch.dtype, batch: int, tokens: int, inputs: int):
     """The Whisper-large-v3-shaped pair of encoder_decoder_speed.py and `inputs` calls' keywords (encoder output given)."""
     target, drafter = whisper_pair(0.025)
     prepare((target, drafter), dtype, 1)  # (packs float32 weights only)
-    calls = [dict(do_sample=False, max_new_tokens=tokens,
-                  **whisper_inputs(target, batch, torch.Generator().manual_seed(seed), dtype))
-             for seed in range(batch, batch + inputs)]
+    calls = input_calls(target, True, batch, inputs, tokens, dtype)
     return (lambda **kw: GenerationMixin.generate(target, **kw)), drafter, calls
 
 
