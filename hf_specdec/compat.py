@@ -493,8 +493,8 @@ def check_target(model: PreTrainedModel, batch_size: int) -> None:
             raise UnsupportedModelError(
                 f"{name}'s decoder takes no decoder_position_ids: it places tokens (learned positions, or a relative "
                 "bias) by its cache's length, which the masked columns of rejected drafts would shift in a batch of "
-                f"{batch_size}, where rows accept different numbers of drafts; generate one input at a time with "
-                "drafter= (docs/encoder-decoder.md says why batches are refused rather than evened out)."
+                f"{batch_size}, where rows accept different numbers of drafts; generate the batch without drafter= "
+                "(measured faster than evening the rows out, docs/encoder-decoder.md) or one input at a time with it."
             )
         return
     if not feeds_positions(model) and _has_positional_weights(model):
