@@ -111,3 +111,21 @@ def test_the_encoder_decoder_bench_times_its_methods_side_by_side_in_rounds():
     paired = bench.paired({"plain": [2.0] * 6 + [1.0, 9.0], "ours": [1.0] * 8}, "ours")
     assert paired == {"x_plain": 2.0, "x_plain_interval": [2.0, 2.0]}
     assert bench.paired({"plain": [1.0, 2.0], "ours": [1.0, 1.0]}, "ours")["x_plain_interval"] is None
+
+
+def test_evened_out_rows_advance_by_the_least_lucky_row():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from equal_length_batches import equal_length_steps
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    import torch
+
+    matches = torch.tensor([[1, 1, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 0, 1, 1]], dtype=torch.bool)
+    # Row 0 alone, 2 drafts a step: commits 3 (2 accepted + the target's), 3, 1, 1; row 1: 1, 3, 2, 3. Together each
+    # step commits the fewer: from 0: 1 (row 1 rejects at once), from 1: 2, from 3: 3, from 6: 1, from 7: 1.
+    assert equal_length_steps(matches, 2) == (5, [4, 4])
+    assert equal_length_steps(matches, 4) == (5, [3, 3])
+    assert equal_length_steps(matches[:1], 4) == (3, [3])  # one row: together is alone
+    assert equal_length_steps(torch.ones(3, 8, dtype=torch.bool), 3) == (2, [2, 2, 2])
+    assert equal_length_steps(torch.zeros(3, 8, dtype=torch.bool), 3) == (8, [8, 8, 8])
