@@ -11,6 +11,7 @@ the encoders (a 64-token source).
 
     python benchmarks/encoder_decoder_speed.py --shape whisper-large-v3 --batches 1 4 --out benchmarks/data/encoder_decoder.json
     python benchmarks/encoder_decoder_speed.py --shape bart-large --batches 1 --out benchmarks/data/encoder_decoder.json
+    python benchmarks/encoder_decoder_speed.py --shape whisper-large-v3 --device cuda --dtype bfloat16 --batches 1 4 --inputs 4 --gammas 2 4 --hf-settings heuristic 5 --rounds 3 --aa
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def whisper_inputs(target, batch: int, generator: torch.Generator, dtype: torch.
     """generate() keywords for `batch` random 30 s inputs: the encoder's output (computed here, once) and the decoder's
     start tokens."""
     with torch.no_grad():
-        hidden = target.get_encoder()(torch.randn(batch, 128, 3000, generator=generator).to(dtype)).last_hidden_state
+        features = torch.randn(batch, 128, 3000, generator=generator).to(target.device, dtype)
+        hidden = target.get_encoder()(features).last_hidden_state
     return dict(encoder_outputs=BaseModelOutput(last_hidden_state=hidden),
                 decoder_input_ids=torch.tensor([[50258, 50259, 50360, 50364]] * batch))
 
@@ -138,24 +140,34 @@ def input_calls(target, whisper: bool, batch: int, inputs: int, tokens: int, dty
     return calls
 
 
+def on_device(call: dict, device: torch.device) -> dict:
+    """`call`'s generate() keywords with its tensors (the encoder's output too) on `device`."""
+    moved = {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in call.items()}
+    if "encoder_outputs" in call:
+        moved["encoder_outputs"] = BaseModelOutput(last_hidden_state=call["encoder_outputs"].last_hidden_state.to(device))
+    return moved
+
+
 def _assisted(target, drafter, config, common: dict, **extra):
     """transformers' assisted generation with `config`'s schedule (the drafter reads its own copy of it)."""
     drafter.generation_config = copy.deepcopy(config)
     return GenerationMixin.generate(target, **common, generation_config=config, assistant_model=drafter, **extra)
 
 
-def side_by_side(methods: dict, rounds: int, seed: int = 0) -> tuple[dict, dict, dict]:
+def side_by_side(methods: dict, rounds: int, seed: int = 0, sync=lambda: None) -> tuple[dict, dict, dict]:
     """Times every method of `methods` ({name: zero-argument call}) after one warm-up call each (kernels, and the
     default's first call of a setting, which measures its step costs), then `rounds` rounds in which each runs once, in a
     fresh seeded order: a machine whose speed drifts slows every method of a round alike. Returns {name: [seconds per
     round]}, {name: the warm-up's output}, {name: [CPU time over wall time per round]} (1 thread: ~1.0 alone on its
-    core, ~0.5 sharing it)."""
+    core, ~0.5 sharing it). `sync`: waits for the device's queued work (a GPU's), before and after each timed call."""
     outputs = {name: run() for name, run in methods.items()}
     times, shares, names = {name: [] for name in methods}, {name: [] for name in methods}, list(methods)
     for order in call_orders(len(names), rounds, seed):
         for name in (names[index] for index in order):
+            sync()
             start, cpu = time.perf_counter(), time.process_time()
             methods[name]()
+            sync()
             seconds = time.perf_counter() - start
             times[name].append(seconds)
             shares[name].append(round((time.process_time() - cpu) / seconds, 2))
@@ -204,7 +216,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pack-linears", type=int, default=None, metavar="MIN_ROWS",
                         help="hf_specdec.pack_linears(target and drafter, min_rows=MIN_ROWS) before every method: "
                              "oneDNN-packed float32 weights for products of at least MIN_ROWS rows")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                         help="both models' weights (bfloat16: --pack-linears packs nothing)")
     parser.add_argument("--inputs", type=int, default=1,
                         help="random inputs per batch size (seeds batch, batch + 1, ...); a method's call decodes each "
@@ -212,18 +224,24 @@ def main(argv=None) -> int:
     parser.add_argument("--aa", action="store_true",
                         help="also time plain generate() a second time: the A/A control, the spread two identical "
                              "methods show in these rounds (`aa`, with its 90 %% interval)")
+    parser.add_argument("--device", default="cpu",
+                        help="where both models run (cuda: a GPU, timed with its queue drained around every call)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    dtype = getattr(torch, args.dtype)
+    if args.pack_linears is not None and args.device != "cpu":
+        parser.error("--pack-linears packs float32 weights for CPU kernels; leave it out with --device " + args.device)
+    dtype, device = getattr(torch, args.dtype), torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
     whisper = args.shape.startswith("whisper")
     args.share = args.share if args.share is not None else (0.025 if whisper else 0.1)
     target, drafter = (whisper_pair if whisper else bart_pair)(args.share)
     prepare((target, drafter), dtype, args.pack_linears)
+    target.to(device), drafter.to(device)
     rows = []
     for batch in args.batches:
-        calls = input_calls(target, whisper, batch, args.inputs, args.tokens, dtype)
+        calls = [on_device(call, device) for call in input_calls(target, whisper, batch, args.inputs, args.tokens, dtype)]
 
         def each(call, **fixed):
             """A method: `call` on every input's keywords (with `fixed` and the call's own) in turn; their outputs."""
@@ -249,7 +267,7 @@ def main(argv=None) -> int:
             else:
                 config.num_assistant_tokens_schedule, config.num_assistant_tokens = "constant", int(setting)
             methods[f"hf_{setting}"] = each(functools.partial(_assisted, target, drafter, config))
-        times, outputs, shares = side_by_side(methods, args.rounds, seed=batch)
+        times, outputs, shares = side_by_side(methods, args.rounds, seed=batch, sync=sync)
         plain = outputs["plain"]
         exact = lambda name: all(torch.equal(out, ref) for out, ref in zip(outputs[name], plain))  # noqa: E731
         row = dict(batch=batch, inputs=args.inputs, rounds=args.rounds,
@@ -268,8 +286,7 @@ def main(argv=None) -> int:
                             f"{name}_tokens_per_forward": round(float(stats.emitted.sum()) / max(stats.target_forwards, 1), 2),
                             f"{name}_drafted_per_row": stats.drafted.tolist()})
         # What the default decided from: the step costs the loop measured at this setting.
-        costs = hf_specdec.costs.costs_for(target, hf_specdec.drafters.ModelDrafter(drafter), torch.device("cpu"),
-                                           batch, False)
+        costs = hf_specdec.costs.costs_for(target, hf_specdec.drafters.ModelDrafter(drafter), device, batch, False)
         row["ours_costs_ms"] = {" ".join(map(str, key)): round(ms, 1) for key, ms in costs.measured().items()}
         if configs:  # assisted generation at its best setting: the fastest median
             best = min(configs, key=lambda name: statistics.median(times[name]))
@@ -285,7 +302,8 @@ def main(argv=None) -> int:
     result = dict(shape=args.shape, dtype=args.dtype, tokens=args.tokens, share=args.share, draft_layers=DRAFT_LAYERS,
                   pack_linears=args.pack_linears, command=" ".join(["python", *sys.argv]),
                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
-                  machine=f"{hf_specdec.cpu.describe()}, {torch.get_num_threads()} thread",
+                  machine=torch.cuda.get_device_name(device) if device.type == "cuda" else
+                  f"{hf_specdec.cpu.describe()}, {torch.get_num_threads()} thread",
                   transformers=transformers.__version__, torch=torch.__version__, rows=rows)
     if args.out:
         key = args.shape + ("" if args.dtype == "float32" else f" {args.dtype}")

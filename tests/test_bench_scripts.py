@@ -111,6 +111,16 @@ def test_the_encoder_decoder_bench_times_its_methods_side_by_side_in_rounds():
     paired = bench.paired({"plain": [2.0] * 6 + [1.0, 9.0], "ours": [1.0] * 8}, "ours")
     assert paired == {"x_plain": 2.0, "x_plain_interval": [2.0, 2.0]}
     assert bench.paired({"plain": [1.0, 2.0], "ours": [1.0, 1.0]}, "ours")["x_plain_interval"] is None
+    calls.clear()
+    bench.side_by_side(methods, rounds=2, sync=lambda: calls.append("sync"))  # a GPU's queue drained around each call
+    assert calls[3:] == [item for name in calls[3:] if name != "sync" for item in ("sync", name, "sync")]
+    import torch
+    from transformers.modeling_outputs import BaseModelOutput
+    call = {"encoder_outputs": BaseModelOutput(last_hidden_state=torch.ones(1, 2, 3)), "decoder_input_ids": torch.ones(1, 1),
+            "max_new_tokens": 4}
+    moved = bench.on_device(call, torch.device("meta"))
+    assert moved["encoder_outputs"].last_hidden_state.is_meta and moved["decoder_input_ids"].is_meta
+    assert moved["max_new_tokens"] == 4 and not call["decoder_input_ids"].is_meta
 
 
 def test_evened_out_rows_advance_by_the_least_lucky_row():
