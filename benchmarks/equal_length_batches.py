@@ -1,6 +1,6 @@
 """Batches of a decoder that places tokens by its cache's length (BART, Marian, Pegasus, T5): what keeping every row's
-cache the same length would pay, against what hf_specdec does (refuses such batches: decode one input at a time with
-`drafter=`) and plain batched decoding.
+cache the same length would pay, against the two ways its refusal of such batches leaves: plain batched decoding, and
+`drafter=` one input at a time.
 
 Rows of a batch accept different numbers of drafts. A decoder given each row's positions (Whisper) lets each row keep
 its own; BART's cannot be told them, so a batch could only stay exact by cutting every row back to the step's least
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 
@@ -36,6 +35,7 @@ import torch
 import transformers
 from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin
 
+from default_vs_best import commit
 from encoder_decoder_speed import bart_pair, hf_specdec, input_calls, prepare, save, side_by_side
 
 
@@ -131,8 +131,9 @@ def main(argv=None) -> int:
                "one at a time, default": alone(drafter=drafter),
                f"one at a time, chains of {best}": alone(drafter=drafter, gamma=best)}
     times, results, _ = side_by_side(methods, args.rounds)
-    exact = all(torch.equal(one[0], out[row]) for name in methods if name != "plain batch"  # row by row
-                for one, (out, row) in zip(results[name], [(out, row) for out in outputs for row in range(args.batch)]))
+    expected = [out[row] for out in outputs for row in range(args.batch)]  # the batch's rows, in the calls' order
+    exact = all(torch.equal(one[0], row) for name in methods if name != "plain batch"
+                for one, row in zip(results[name], expected))
     plain_s = statistics.median(times["plain batch"])
     plain_steps_s = args.inputs * args.tokens * costs["target_1_ms"] / 1e3  # its 1-token steps, as priced
     scheme = {}
@@ -160,7 +161,7 @@ def main(argv=None) -> int:
                        for name in methods if name != "plain batch"},
         one_at_a_time_exact=exact, seconds={name: [round(t, 3) for t in values] for name, values in times.items()},
         command=" ".join(["python", *sys.argv]), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        commit=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        commit=commit(),
         machine=f"{hf_specdec.cpu.describe()}, {torch.get_num_threads()} thread", torch=torch.__version__,
         transformers=transformers.__version__)
     print(json.dumps(result, indent=1))
