@@ -224,6 +224,7 @@ def main(argv=None) -> int:
     parser.add_argument("--aa", action="store_true",
                         help="also time plain generate() a second time: the A/A control, the spread two identical "
                              "methods show in these rounds (`aa`, with its 90 %% interval)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU): 1, or 2 over both cores")
     parser.add_argument("--device", default="cpu",
                         help="where both models run (cuda: a GPU, timed with its queue drained around every call)")
     parser.add_argument("--out", default=None)
@@ -232,7 +233,7 @@ def main(argv=None) -> int:
         parser.error("--pack-linears packs float32 weights for CPU kernels; leave it out with --device " + args.device)
     dtype, device = getattr(torch, args.dtype), torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     whisper = args.shape.startswith("whisper")
     args.share = args.share if args.share is not None else (0.025 if whisper else 0.1)
@@ -298,16 +299,18 @@ def main(argv=None) -> int:
         row["seconds"] = {name: [round(value, 3) for value in values] for name, values in times.items()}  # by round
         rows.append(row)
         print(json.dumps(row), flush=True)
+    threads = torch.get_num_threads()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = dict(shape=args.shape, dtype=args.dtype, tokens=args.tokens, share=args.share, draft_layers=DRAFT_LAYERS,
                   pack_linears=args.pack_linears, command=" ".join(["python", *sys.argv]),
                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
                   machine=torch.cuda.get_device_name(device) if device.type == "cuda" else
-                  f"{hf_specdec.cpu.describe()}, {torch.get_num_threads()} thread",
+                  f"{hf_specdec.cpu.describe()}, {threads} thread" + "s" * (threads > 1),
                   transformers=transformers.__version__, torch=torch.__version__, rows=rows)
     if args.out:
         key = args.shape + ("" if args.dtype == "float32" else f" {args.dtype}")
-        save(args.out, key + ("" if args.pack_linears is None else f" packed {args.pack_linears}"), result)
+        key += "" if args.pack_linears is None else f" packed {args.pack_linears}"
+        save(args.out, key + ("" if threads == 1 else f" {threads} threads"), result)
     print(json.dumps(result))
     return 0
 
