@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
+import statistics
 import sys
 import time
 
 import torch
 from torch import nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import hf_specdec.cpu  # noqa: E402
+from default_vs_best import commit
+from encoder_decoder_speed import hf_specdec, save
 
 #: (in, out, distinct layers): the MLP's two products, an attention projection, the head.
 SHAPES = ((1280, 5120, 16), (5120, 1280, 16), (1280, 1280, 48), (1280, 51866, 2))
@@ -35,7 +34,7 @@ def per_layer_ms(layers: nn.Sequential, rows: int, repeats: int) -> float:
             for layer in layers:
                 layer(x)
             times.append((time.perf_counter() - start) / len(layers) * 1e3)
-    return sorted(times[1:])[len(times[1:]) // 2]
+    return statistics.median(times[1:])
 
 
 def main(argv=None) -> int:
@@ -58,15 +57,11 @@ def main(argv=None) -> int:
                               packed_ms=round(per_layer_ms(packed, rows, args.repeats), 3),
                               default_ms=round(per_layer_ms(default, rows, args.repeats), 3)))
             print(json.dumps(table[-1]), flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
+    result = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit(),
                   machine=hf_specdec.cpu.describe(), threads=args.threads, torch=torch.__version__,
                   command=" ".join(["python", *sys.argv]), rows=table)
     if args.out:
-        data = json.load(open(args.out)) if os.path.exists(args.out) else {}
-        data[f"{result['machine']}, {args.threads} thread{'s' * (args.threads > 1)}, {commit}"] = result
-        with open(args.out, "w") as f:
-            json.dump(data, f, indent=1)
+        save(args.out, f"{result['machine']}, {args.threads} thread{'s' * (args.threads > 1)}, {result['commit']}", result)
     return 0
 
 
